@@ -1,0 +1,143 @@
+"""KL estimators k1/k2/k3, the GRPO KL term (as published and corrected), and verl's `kl_penalty` names.
+
+Spec section 3. To estimate KL(q || p) from samples x ~ q, with log_r = log(p(x) / q(x)):
+
+    k1 = -log_r                    unbiased, high variance, can be negative
+    k2 = log_r^2 / 2               biased, non-negative
+    k3 = (r - 1) - log_r           unbiased for normalised q, p; non-negative; k3 = 0 iff r = 1
+
+All functions are elementwise on any shape (usually (B, T) per token) and never clamp unless asked to.
+What the *gradients* of these estimators mean when they are used as losses is spec 3.3 / 3.4: on-policy,
+k1 -> 0, k2 -> grad KL(pi || ref), k3(ref/pi) -> grad KL(ref || pi) (forward!); off-policy only the
+importance-weighted forms below have a known expected gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Direction = Literal["reverse", "forward"]
+
+
+def k1(log_r: torch.Tensor) -> torch.Tensor:
+    """k1 = -log r."""
+    return -log_r
+
+
+def k2(log_r: torch.Tensor) -> torch.Tensor:
+    """k2 = (log r)^2 / 2."""
+    return 0.5 * log_r.square()
+
+
+def k3(log_r: torch.Tensor) -> torch.Tensor:
+    """k3 = r - 1 - log r, computed as expm1(log r) - log r (no cancellation in r - 1 near r = 1).
+
+    Non-negative in floating point too: expm1 is monotone and expm1(x) >= x, so the rounded value is >= x.
+    """
+    return torch.expm1(log_r) - log_r
+
+
+def grpo_kl_term(
+    logp: torch.Tensor, ref_logp: torch.Tensor, old_logp: torch.Tensor | None = None, *, corrected: bool
+) -> torch.Tensor:
+    """Per-token GRPO KL penalty against a reference, as published or with the paper's correction (spec 3.4).
+
+    uncorrected:  k3(pi_ref / pi_theta) = exp(ref_logp - logp) - 1 - (ref_logp - logp)
+                  (verl `low_var_kl` without its [-10, 10] clamp). Samples come from pi_old, so off-policy its
+                  expected gradient is E_old[(1 - pi_ref/pi_theta) s]: neither grad KL(pi||ref) nor grad KL(ref||pi).
+    corrected:    w * k3(pi_ref / pi_theta),  w = exp(logp - old_logp) differentiated.
+                  E_old[.] = KL(pi_theta || pi_ref) and E_old[grad .] = grad KL(pi_theta || pi_ref) for any pi_old.
+
+    Shapes: logp, ref_logp, old_logp: (B, T) (any equal shapes) -> (B, T). `old_logp` is required only when
+    `corrected` (it is ignored otherwise). `ref_logp` and `old_logp` are constants (detach them upstream).
+    """
+    if logp.shape != ref_logp.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
+    term = k3(ref_logp - logp)  # r = pi_ref / pi_theta
+    if not corrected:
+        return term
+    if old_logp is None:
+        raise ValueError("grpo_kl_term(corrected=True) needs old_logp (the sampler's log-probs) for the weight w")
+    if old_logp.shape != logp.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
+    return torch.exp(logp - old_logp) * term
+
+
+def anchored_kl_term(
+    logp: torch.Tensor, anchor_logp: torch.Tensor, sampler_logp: torch.Tensor, *, direction: Direction
+) -> torch.Tensor:
+    """Importance-weighted KL to an anchor pi_a that differs from the sampler pi_s (spec 3.4, last paragraph).
+
+    reverse:  (pi_theta / pi_s) * k3(pi_a / pi_theta)   E_s[grad .] = grad KL(pi_theta || pi_a)
+    forward:  (pi_a / pi_s)     * k3(pi_theta / pi_a)   E_s[grad .] = grad KL(pi_a || pi_theta);
+              per-sample gradient ((pi_theta - pi_a) / pi_s) * s
+
+    With anchor = sampler, `reverse` is RPG's URKL term w log w - w + 1 and `forward` is UFKL's k3(w).
+    `grpo_kl_term(corrected=True)` is `reverse` with anchor = ref and sampler = old.
+
+    Shapes: logp, anchor_logp, sampler_logp: equal shapes, e.g. (B, T) -> (B, T). Anchor and sampler are constants.
+    """
+    if not (logp.shape == anchor_logp.shape == sampler_logp.shape):
+        raise ValueError(
+            f"logp {tuple(logp.shape)}, anchor_logp {tuple(anchor_logp.shape)} and sampler_logp "
+            f"{tuple(sampler_logp.shape)} must have the same shape"
+        )
+    if direction == "reverse":
+        return torch.exp(logp - sampler_logp) * k3(anchor_logp - logp)
+    if direction == "forward":
+        return torch.exp(anchor_logp - sampler_logp) * k3(logp - anchor_logp)
+    raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
+
+
+# verl `kl_penalty` names (with the aliases of recent verl) -> what they compute from lr = logp - ref_logp.
+KL_PENALTY_NAMES = ("abs", "k1", "k2", "k3", "kl", "low_var_kl", "mse")
+
+
+def kl_penalty(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    name: str,
+    *,
+    value_clamp: float | None = None,
+    log_ratio_clamp: float | None = None,
+) -> torch.Tensor:
+    """verl's per-token `kl_penalty(logprob, ref_logprob, name)`, with every clamp an explicit, off-by-default option.
+
+    lr = logp - ref_logp:
+        kl,  k1          lr                          (k1 of KL(pi || ref) on pi samples)
+        abs              |lr|
+        mse, k2          lr^2 / 2
+        low_var_kl, k3   exp(-lr) - 1 + lr = k3(ref/pi)    (GRPO's estimator)
+
+    verl clamps `low_var_kl` to [-10, 10] (`value_clamp=10.0`; the only clamp in the verl 0.2 fork the RPG authors
+    ran) and recent verl also clamps -lr to [-20, 20] before the exp (`log_ratio_clamp=20.0`). Both clamps zero the
+    gradient where they bind; they apply to `low_var_kl`/`k3` only (ValueError otherwise).
+
+    Shapes: logp, ref_logp: (B, T) -> (B, T).
+    """
+    if name not in KL_PENALTY_NAMES:
+        raise ValueError(f"unknown kl_penalty {name!r}; valid: {', '.join(KL_PENALTY_NAMES)}")
+    if logp.shape != ref_logp.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
+    is_k3 = name in ("low_var_kl", "k3")
+    if (value_clamp is not None or log_ratio_clamp is not None) and not is_k3:
+        raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")
+    lr = logp - ref_logp
+    if name in ("kl", "k1"):
+        return lr
+    if name == "abs":
+        return lr.abs()
+    if name in ("mse", "k2"):
+        return 0.5 * lr.square()
+    neg_lr = -lr  # log(ref / pi)
+    if log_ratio_clamp is not None:
+        neg_lr = neg_lr.clamp(-log_ratio_clamp, log_ratio_clamp)
+    out = k3(neg_lr)
+    if value_clamp is not None:
+        out = out.clamp(-value_clamp, value_clamp)
+    return out
+
+
+__all__ = ["KL_PENALTY_NAMES", "anchored_kl_term", "grpo_kl_term", "k1", "k2", "k3", "kl_penalty"]

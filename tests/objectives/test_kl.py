@@ -1,0 +1,231 @@
+"""KL estimators (spec 3, section-9 items 8-12) by exact enumeration over a small softmax policy, float64.
+
+Each outcome x of a |X| = 7 softmax policy is a one-token response, so a (B, T) = (|X|, 1) tensor holds the
+log-probs of every outcome. An expectation E_{x~q}[f(x)] is the exact weighted sum sum_x q(x) f(x); gradients come
+from autograd and are compared with gradients of the closed-form divergences.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rpgrl.objectives.kl import KL_PENALTY_NAMES, anchored_kl_term, grpo_kl_term, k1, k2, k3, kl_penalty
+
+N = 7
+TOL = 1e-9
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: float = TOL) -> bool:
+    return torch.allclose(a, b, atol=tol, rtol=1e-9)
+
+
+@pytest.fixture
+def dists():
+    g = torch.Generator().manual_seed(1)
+    th_old = torch.randn(N, generator=g, dtype=torch.float64)
+    th = th_old + 0.8 * torch.randn(N, generator=g, dtype=torch.float64)  # theta != theta_old
+    th_ref = torch.randn(N, generator=g, dtype=torch.float64)
+    return th, torch.softmax(th_old, 0), torch.softmax(th_ref, 0)
+
+
+def grad_of(f, th: torch.Tensor) -> torch.Tensor:
+    th = th.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(f(th), th)
+    return g
+
+
+def col(p: torch.Tensor) -> torch.Tensor:
+    """(|X|,) probabilities -> (|X|, 1) log-probs: one one-token response per outcome."""
+    return torch.log(p)[:, None]
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    return (p * torch.log(p / q)).sum()
+
+
+def expect(q: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
+    """E_{x~q}[per_sample(x)] for a (|X|, 1) per-sample tensor."""
+    return (q * per_sample[:, 0]).sum()
+
+
+# ---------- definitions and identities ----------
+
+
+def test_k_definitions_against_math_module():
+    xs = [-3.0, -0.5, -1e-6, 0.0, 1e-7, 0.3, 2.5]
+    log_r = torch.tensor(xs, dtype=torch.float64)
+    assert close(k1(log_r), torch.tensor([-x for x in xs], dtype=torch.float64))
+    assert close(k2(log_r), torch.tensor([x * x / 2 for x in xs], dtype=torch.float64))
+    # math.expm1 as the independent reference for r - 1
+    assert close(k3(log_r), torch.tensor([math.expm1(x) - x for x in xs], dtype=torch.float64))
+    # k2 = k1^2 / 2 and k3 = r - 1 - log r
+    assert close(k2(log_r), k1(log_r) ** 2 / 2)
+    assert close(k3(log_r), torch.exp(log_r) - 1 - log_r)
+
+
+def test_k3_nonnegative_zero_only_at_one_and_accurate_near_one():
+    log_r = torch.linspace(-30, 30, 20001, dtype=torch.float64)
+    v = k3(log_r)
+    assert (v >= 0).all()
+    assert v[log_r == 0].eq(0).all() and (v[log_r != 0] > 0).all()
+    # near r = 1 the naive r - 1 - log r cancels; the series x^2/2 + x^3/6 + x^4/24 is the reference
+    x = torch.tensor([1e-4, -1e-4, 1e-6, 3e-8], dtype=torch.float64)
+    series = x**2 / 2 + x**3 / 6 + x**4 / 24
+    assert torch.allclose(k3(x), series, rtol=1e-7, atol=0)
+    # float32 too: non-negative everywhere
+    assert (k3(torch.linspace(-20, 20, 4001)) >= 0).all()
+
+
+def test_item8_k3_is_the_unnormalised_kl(dists):
+    th, p_old, _ = dists
+    pi = torch.softmax(th, 0)
+    mu = 1.7 * p_old  # unnormalised measure
+    ukl_pi_mu = (pi * torch.log(pi / mu)).sum() + (mu - pi).sum()
+    ukl_mu_pi = (mu * torch.log(mu / pi)).sum() + (pi - mu).sum()
+    assert close((pi * k3(torch.log(mu / pi))).sum(), ukl_pi_mu)
+    assert close((mu * k3(torch.log(pi / mu))).sum(), ukl_mu_pi)
+
+
+# ---------- spec item 9: on-policy expected gradients of estimator losses ----------
+
+
+def test_item9_on_policy_estimator_gradients(dists):
+    th, _, p_ref = dists
+    on = torch.softmax(th, 0).detach()  # samples from pi_theta itself, held fixed
+
+    def e_loss(estimator):
+        return lambda t: expect(on, estimator(col(torch.softmax(t, 0)), col(p_ref)))
+
+    g_rev = grad_of(lambda t: kl(torch.softmax(t, 0), p_ref), th)
+    g_fwd = grad_of(lambda t: kl(p_ref, torch.softmax(t, 0)), th)
+    g_k1 = grad_of(e_loss(lambda lp, lref: k1(lref - lp)), th)
+    g_k2 = grad_of(e_loss(lambda lp, lref: k2(lref - lp)), th)
+    g_k3 = grad_of(e_loss(lambda lp, lref: grpo_kl_term(lp, lref, corrected=False)), th)
+    assert close(g_k1, torch.zeros(N, dtype=torch.float64))
+    assert close(g_k2, g_rev)
+    assert close(g_k3, g_fwd)  # k3(ref/pi) as a loss follows the FORWARD KL gradient ...
+    assert not close(g_k3, g_rev, 1e-4)  # ... not the reverse KL its value estimates
+    # and its value is the reverse KL
+    assert close(expect(on, grpo_kl_term(col(on), col(p_ref), corrected=False)), kl(on, p_ref))
+
+
+# ---------- spec item 10: corrected vs uncorrected GRPO term, off-policy ----------
+
+
+def test_item10_corrected_grpo_kl_is_exact_off_policy(dists):
+    th, p_old, p_ref = dists
+
+    def e_term(corrected):
+        return lambda t: expect(
+            p_old, grpo_kl_term(col(torch.softmax(t, 0)), col(p_ref), col(p_old), corrected=corrected)
+        )
+
+    pi = torch.softmax(th, 0)
+    g_rev = grad_of(lambda t: kl(torch.softmax(t, 0), p_ref), th)
+    g_fwd = grad_of(lambda t: kl(p_ref, torch.softmax(t, 0)), th)
+    # corrected: value and gradient of KL(pi_theta || pi_ref), samples from an arbitrary pi_old
+    assert close(e_term(True)(th), kl(pi, p_ref))
+    assert close(grad_of(e_term(True), th), g_rev)
+    # uncorrected: biased off-policy, in value and in gradient, and not the forward-KL gradient either
+    g_unc = grad_of(e_term(False), th)
+    assert not close(e_term(False)(th), kl(pi, p_ref), 1e-4)
+    assert not close(g_unc, g_rev, 1e-4)
+    assert not close(g_unc, g_fwd, 1e-4)
+    # its expected gradient is exactly E_old[(1 - pi_ref/pi) s] (spec 3.4): check through the score matrix
+    jac = torch.autograd.functional.jacobian(lambda t: torch.log_softmax(t, 0), th)  # (|X|, |X|): s(x) per row
+    assert close(g_unc, ((p_old * (1 - p_ref / pi))[:, None] * jac).sum(0))
+
+
+def test_corrected_needs_old_logp_and_equals_anchored_reverse(dists):
+    th, p_old, p_ref = dists
+    lp = col(torch.softmax(th, 0))
+    with pytest.raises(ValueError, match="old_logp"):
+        grpo_kl_term(lp, col(p_ref), corrected=True)
+    with pytest.raises(ValueError, match="same shape"):
+        grpo_kl_term(lp, col(p_ref)[:3], corrected=False)
+    assert close(
+        grpo_kl_term(lp, col(p_ref), col(p_old), corrected=True),
+        anchored_kl_term(lp, col(p_ref), col(p_old), direction="reverse"),
+    )
+    # uncorrected ignores old_logp; w == 1 (on-policy) makes the two coincide
+    assert close(
+        grpo_kl_term(lp, col(p_ref), col(p_old), corrected=False), grpo_kl_term(lp, col(p_ref), corrected=False)
+    )
+    assert close(grpo_kl_term(lp, col(p_ref), lp, corrected=True), grpo_kl_term(lp, col(p_ref), corrected=False))
+
+
+# ---------- spec item 11: k1 loss with anchor = sampler = pi_old ----------
+
+
+def test_item11_k1_with_anchor_equal_sampler_anti_regularises(dists):
+    th, p_old, _ = dists
+    g = grad_of(lambda t: expect(p_old, kl_penalty(col(torch.softmax(t, 0)), col(p_old), "kl")), th)
+    assert close(g, -grad_of(lambda t: kl(p_old, torch.softmax(t, 0)), th))
+
+
+# ---------- spec item 12: anchor != sampler ----------
+
+
+def test_item12_anchor_different_from_sampler(dists):
+    th, _, _ = dists
+    g = torch.Generator().manual_seed(7)
+    p_s = torch.softmax(torch.randn(N, generator=g, dtype=torch.float64), 0)
+    p_a = torch.softmax(torch.randn(N, generator=g, dtype=torch.float64), 0)
+
+    def e_term(direction):
+        return lambda t: expect(
+            p_s, anchored_kl_term(col(torch.softmax(t, 0)), col(p_a), col(p_s), direction=direction)
+        )
+
+    pi = torch.softmax(th, 0)
+    assert close(e_term("reverse")(th), kl(pi, p_a))
+    assert close(e_term("forward")(th), kl(p_a, pi))
+    assert close(grad_of(e_term("reverse"), th), grad_of(lambda t: kl(torch.softmax(t, 0), p_a), th))
+    assert close(grad_of(e_term("forward"), th), grad_of(lambda t: kl(p_a, torch.softmax(t, 0)), th))
+    # per-sample gradient of the forward term w.r.t. log pi is (pi - pi_a) / pi_s
+    lp = col(pi).requires_grad_(True)
+    (d,) = torch.autograd.grad(anchored_kl_term(lp, col(p_a), col(p_s), direction="forward").sum(), lp)
+    assert close(d[:, 0], (pi - p_a) / p_s)
+    with pytest.raises(ValueError, match="direction"):
+        anchored_kl_term(lp, col(p_a), col(p_s), direction="both")  # type: ignore[arg-type]
+
+
+# ---------- verl kl_penalty names ----------
+
+
+def test_kl_penalty_names_match_their_formulas():
+    lp = torch.tensor([[-0.5, -2.0, -30.0]], dtype=torch.float64)
+    ref = torch.tensor([[-0.7, -1.0, -1.0]], dtype=torch.float64)
+    lr = [0.2, -1.0, -29.0]
+    expected = {
+        "kl": lr,
+        "k1": lr,
+        "abs": [abs(x) for x in lr],
+        "mse": [x * x / 2 for x in lr],
+        "k2": [x * x / 2 for x in lr],
+        "low_var_kl": [math.exp(-x) - 1 + x for x in lr],
+        "k3": [math.exp(-x) - 1 + x for x in lr],
+    }
+    assert set(expected) == set(KL_PENALTY_NAMES)
+    for name, vals in expected.items():
+        assert torch.allclose(kl_penalty(lp, ref, name), torch.tensor([vals], dtype=torch.float64), rtol=1e-12), name
+
+
+def test_low_var_kl_clamps_are_off_by_default_and_explicit():
+    lp = torch.tensor([[-30.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.0, -0.6]], dtype=torch.float64)
+    free = kl_penalty(lp, ref, "low_var_kl")
+    assert free[0, 0] > 1e12  # exp(29): no silent clamp
+    clamped = kl_penalty(lp, ref, "low_var_kl", value_clamp=10.0)
+    assert clamped[0, 0] == 10.0 and close(clamped[0, 1], free[0, 1])
+    (g,) = torch.autograd.grad(clamped.sum(), lp)
+    assert g[0, 0] == 0.0 and g[0, 1] != 0.0  # the clamp kills the gradient where it binds
+    lrc = kl_penalty(lp, ref, "k3", log_ratio_clamp=20.0)
+    assert close(lrc[0, 0], torch.tensor(math.exp(20.0) - 1 - 20.0, dtype=torch.float64), 1e-3)
+    with pytest.raises(ValueError, match="low_var_kl/k3 only"):
+        kl_penalty(lp, ref, "kl", value_clamp=10.0)
+    with pytest.raises(ValueError, match="unknown kl_penalty 'low-var-kl'; valid: abs"):
+        kl_penalty(lp, ref, "low-var-kl")
