@@ -14,10 +14,12 @@ Glossary (one vocabulary everywhere):
     advantages  (B,) per-sequence, or (B, T) per-token
 """
 
+# Importing a loss module registers its losses in LOSSES (the first import line).
+from rpgrl.objectives import baselines, kl  # noqa: F401
 from rpgrl.objectives.base import LOSSES, LossFn, LossOutput, get_loss, register_loss
+from rpgrl.objectives.baselines import dapo_loss, grpo_loss, ppo_loss, reinforce_pp_loss
+from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k1, k2, k3, kl_penalty
 from rpgrl.objectives.reduce import AGG_MODES, aggregate, masked_mean, masked_sum
-
-# Modules below register their losses on import.
 
 __all__ = [
     "AGG_MODES",
@@ -25,8 +27,18 @@ __all__ = [
     "LossFn",
     "LossOutput",
     "aggregate",
+    "anchored_kl_term",
+    "dapo_loss",
     "get_loss",
+    "grpo_kl_term",
+    "grpo_loss",
+    "k1",
+    "k2",
+    "k3",
+    "kl_penalty",
     "masked_mean",
     "masked_sum",
+    "ppo_loss",
     "register_loss",
+    "reinforce_pp_loss",
 ]

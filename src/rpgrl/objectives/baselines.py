@@ -1,0 +1,315 @@
+"""Baseline policy losses: PPO clip with dual clip and clip-higher, plus an optional per-token KL term.
+
+This is verl's `compute_policy_loss` (spec 4.3 i), which every released run of the RPG paper uses, with the KL
+loss that verl adds outside the registered loss (`use_kl_loss`) folded in as an explicit option. Registered
+families and their paper defaults (spec 5.2-5.4, 7.3):
+
+    ppo            eps 0.2/0.2, no dual clip, no KL                      (generic)
+    grpo           eps 0.2/0.2, c = 10, beta 1e-3 * k3(ref/pi), uncorrected, vs a frozen reference (ref_logp)
+    dapo           eps 0.2/0.28 (clip-higher), c = 10, no KL
+    reinforce_pp   eps 0.2/0.28, c = 10, beta 1e-4 * k1 = logp - anchor, anchor = old_logp (iterative reference)
+                   (REINFORCE++-baseline is the same loss; only the advantage estimator differs)
+
+Per token, with w = exp(logp - old_logp) and A the advantage (a constant):
+
+    A >= 0:  -w A                if w < 1 + eps_high      else  -(1 + eps_high) A   (no gradient)
+    A <  0:  -(1 - eps_low) A    if w <= 1 - eps_low      (no gradient)
+             -w A                if 1 - eps_low < w < c
+             -c A                if w >= c                (no gradient; dual clip, only when c is set)
+
+which equals max(-w A, -clip(w, 1-eps_low, 1+eps_high) A), capped at -c A for A < 0 (spec 4.1 table). The
+regions are written out so that the gradient is exactly the table's, and exp is evaluated only where the ratio
+is used, so an overflowing ratio in a clipped region cannot turn the gradient into NaN. No log-ratio clamp
+(verl clamps to +-20 inline); padding never enters the value or the gradient.
+
+Not here: the RPG surrogates (`rpg.py`), advantages (`rpgrl.advantages`), DAPO's reward shaping and group filter
+(`rpgrl.shaping`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from rpgrl.objectives.base import LossOutput, register_loss
+from rpgrl.objectives.kl import grpo_kl_term
+from rpgrl.objectives.reduce import aggregate, masked_mean
+
+KLKind = Literal["k1", "k3", "k3_corrected"]
+KL_KINDS = ("k1", "k3", "k3_corrected")
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def ppo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    clip_c: float | None = None,
+    kl: KLKind | None = None,
+    beta: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+    kl_clamp: float | None = None,
+    agg: str = "token-mean",
+    normalizer: float | torch.Tensor | None = None,
+) -> LossOutput:
+    """PPO clipped policy loss with optional dual clip (`clip_c`), clip-higher and a per-token KL term.
+
+    per_token = pg + beta * kl_term, with pg the clipped surrogate of the module docstring and kl_term:
+        k1            logp - anchor                          (verl `kl`)
+        k3            k3(pi_anchor / pi_theta)               (verl `low_var_kl` unclamped; GRPO as published)
+        k3_corrected  w * k3(pi_anchor / pi_theta)           (spec 3.4; unbiased gradient of KL(pi || anchor))
+    anchor = `ref_logp` when given, else `old_logp` (the iterative reference of spec 6). `kl_clamp` clamps the KL
+    term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`.
+
+    loss = aggregate(per_token, mask, agg, normalizer): pass the global token (token-mean) or sequence count
+    (seq-mean-*) as `normalizer` when micro-batching, and the micro-batch losses add up to the full-batch loss.
+
+    Shapes: logp, old_logp, mask, ref_logp: (B, T); advantages: (B,) or (B, T). old_logp, ref_logp and
+    advantages are treated as constants (detached here). mask is bool or 0/1.
+
+    Metrics (detached 0-dim): loss/policy, loss/kl (= beta * aggregated KL term; both use the loss's normaliser,
+    so they add up across micro-batches), kl/penalty (aggregated KL term, when `kl` is set), kl/ppo_kl
+    (token-mean of old_logp - logp, a k1 estimate of KL(pi_old || pi_theta)), clip/frac_low (A < 0, w <= 1-eps_low),
+    clip/frac_high (A > 0, w >= 1+eps_high), clip/frac_dual (A < 0, w >= c); fractions are local token means.
+    """
+    _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
+    _check_tensors(logp, old_logp, advantages, mask, ref_logp)
+    m = mask.bool()
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    # Padding is replaced by 0 before any math: garbage (even inf/NaN) there reaches neither value nor gradient.
+    logp = torch.where(m, logp, zero)
+    old_logp = torch.where(m, old_logp.detach(), zero)
+    adv = advantages.detach()
+    adv = torch.where(m, adv, zero) if adv.dim() == 2 else adv[:, None]  # (B, T) or (B, 1)
+
+    log_w = logp - old_logp  # (B, T)
+    w_value = torch.exp(log_w.detach())
+    pos = adv >= 0
+    high = pos & (w_value >= 1 + eps_high)
+    low = ~pos & (w_value <= 1 - eps_low)
+    dual = ~pos & (w_value >= clip_c) if clip_c is not None else torch.zeros_like(high)
+    active = ~(high | low | dual)
+    clipped_w = torch.ones_like(w_value).masked_fill(high, 1 + eps_high).masked_fill(low, 1 - eps_low)
+    if clip_c is not None:
+        clipped_w = clipped_w.masked_fill(dual, clip_c)  # constants (no gradient) where a clip binds
+    w = torch.where(active, torch.exp(torch.where(active, log_w, zero)), clipped_w)
+    pg = -adv * w  # (B, T)
+
+    metrics: dict[str, torch.Tensor] = {}
+    per_token = pg
+    kl_loss = zero
+    if kl is not None:
+        anchor = torch.where(m, (old_logp if ref_logp is None else ref_logp).detach(), zero)
+        if kl == "k1":
+            kl_term = logp - anchor
+        else:
+            kl_term = grpo_kl_term(logp, anchor, old_logp, corrected=kl == "k3_corrected")
+        if kl_clamp is not None:
+            metrics["kl/frac_clamped"] = masked_mean((kl_term.detach().abs() > kl_clamp).to(logp.dtype), m)
+            kl_term = kl_term.clamp(-kl_clamp, kl_clamp)
+        kl_value = aggregate(kl_term, m, agg, normalizer)
+        kl_loss = beta * kl_value
+        per_token = pg + beta * kl_term
+        metrics["kl/penalty"] = kl_value.detach()
+
+    loss = aggregate(per_token, m, agg, normalizer)
+    fm = m.to(logp.dtype)
+    metrics.update(
+        {
+            "loss/policy": aggregate(pg, m, agg, normalizer).detach(),
+            "loss/kl": kl_loss.detach(),
+            "kl/ppo_kl": masked_mean(-log_w.detach(), fm),
+            "clip/frac_low": masked_mean((low & (adv < 0)).to(logp.dtype), fm),
+            "clip/frac_high": masked_mean((high & (adv > 0)).to(logp.dtype), fm),
+            "clip/frac_dual": masked_mean(dual.to(logp.dtype), fm),
+        }
+    )
+    return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
+
+
+register_loss("ppo")(ppo_loss)
+
+
+@register_loss("grpo")
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ref_logp: torch.Tensor | None = None,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    clip_c: float | None = 10.0,
+    kl: KLKind = "k3",
+    beta: float = 1e-3,
+    kl_clamp: float | None = None,
+    agg: str = "token-mean",
+    normalizer: float | torch.Tensor | None = None,
+) -> LossOutput:
+    """GRPO as run by the RPG authors (spec 5.2): PPO dual clip 0.2/0.2, c = 10, plus beta = 1e-3 times the
+    uncorrected k3(pi_ref/pi_theta) against a frozen reference (`ref_logp`, required). `kl="k3_corrected"` gives
+    the paper's corrected estimator; `kl_clamp=10.0` reproduces verl's low_var_kl clamp. Shapes as `ppo_loss`."""
+    if ref_logp is None:
+        raise ValueError(
+            "grpo needs ref_logp (the frozen reference's log-probs, (B, T)); pass ref_logp=old_logp for an "
+            "iterative reference"
+        )
+    return ppo_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        clip_c=clip_c,
+        kl=kl,
+        beta=beta,
+        ref_logp=ref_logp,
+        kl_clamp=kl_clamp,
+        agg=agg,
+        normalizer=normalizer,
+    )
+
+
+@register_loss("dapo")
+def dapo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    clip_c: float | None = 10.0,
+    agg: str = "token-mean",
+    normalizer: float | torch.Tensor | None = None,
+) -> LossOutput:
+    """DAPO's loss (spec 5.3): PPO dual clip with clip-higher 0.2/0.28, c = 10, token-mean, no KL. Dynamic
+    sampling and overlong shaping live in `rpgrl.shaping`. Shapes as `ppo_loss`."""
+    return ppo_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        clip_c=clip_c,
+        agg=agg,
+        normalizer=normalizer,
+    )
+
+
+@register_loss("reinforce_pp")
+def reinforce_pp_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ref_logp: torch.Tensor | None = None,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    clip_c: float | None = 10.0,
+    kl: KLKind = "k1",
+    beta: float = 1e-4,
+    kl_clamp: float | None = None,
+    agg: str = "token-mean",
+    normalizer: float | torch.Tensor | None = None,
+) -> LossOutput:
+    """REINFORCE++ and REINFORCE++-baseline as run by the RPG authors (spec 5.4): PPO dual clip 0.2/0.28, c = 10,
+    plus beta = 1e-4 times k1 = logp - anchor with anchor = old_logp unless `ref_logp` is given. Note (spec 3.3):
+    with anchor = sampler this term *increases* KL(pi_old || pi_theta) in expectation. Shapes as `ppo_loss`."""
+    return ppo_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        clip_c=clip_c,
+        kl=kl,
+        beta=beta,
+        ref_logp=ref_logp,
+        kl_clamp=kl_clamp,
+        agg=agg,
+        normalizer=normalizer,
+    )
+
+
+def _check_options(
+    eps_low: float,
+    eps_high: float,
+    clip_c: float | None,
+    kl: str | None,
+    beta: float,
+    ref_logp: torch.Tensor | None,
+    kl_clamp: float | None,
+) -> None:
+    if not 0 <= eps_low <= 1:
+        raise ValueError(f"eps_low must be in [0, 1], got {eps_low}")
+    if not eps_high >= 0:
+        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
+    if clip_c is not None and not clip_c > 1:
+        raise ValueError(f"dual-clip constant clip_c must be > 1 (or None for no dual clip), got {clip_c}")
+    if kl is not None and kl not in KL_KINDS:
+        raise ValueError(f"unknown kl {kl!r}; valid: {', '.join(KL_KINDS)} (or None)")
+    if not (math.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if kl is None and beta != 0:
+        raise ValueError(f"beta={beta} given without a KL term; set kl to one of {', '.join(KL_KINDS)}")
+    if kl is None and (ref_logp is not None or kl_clamp is not None):
+        raise ValueError("ref_logp / kl_clamp are only used by the KL term; set kl or drop them")
+    if kl_clamp is not None and not kl_clamp > 0:
+        raise ValueError(f"kl_clamp must be > 0 (or None), got {kl_clamp}")
+
+
+def _check_tensors(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+) -> None:
+    """Shapes, dtypes, empty responses, and non-finite values where the mask counts (one-line ValueErrors)."""
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
+    if logp.shape[0] == 0:
+        raise ValueError("empty batch: logp has B = 0 sequences")
+    if not logp.is_floating_point() or logp.dtype in _HALF:
+        raise ValueError(f"logp has dtype {logp.dtype}; use float32 or float64 (half precision garbles the ratio)")
+    if mask.shape != logp.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} must have the shape of logp {tuple(logp.shape)}")
+    named = {"old_logp": old_logp} if ref_logp is None else {"old_logp": old_logp, "ref_logp": ref_logp}
+    for name, x in named.items():
+        if x.shape != logp.shape:
+            raise ValueError(f"{name} {tuple(x.shape)} must have the shape of logp {tuple(logp.shape)}")
+        if x.dtype != logp.dtype:
+            raise ValueError(f"{name} has dtype {x.dtype} but logp has {logp.dtype}")
+    if advantages.shape not in (logp.shape[:1], logp.shape):
+        raise ValueError(
+            f"advantages {tuple(advantages.shape)} must be (B,) or (B, T) with (B, T) = {tuple(logp.shape)}"
+        )
+    if advantages.dtype != logp.dtype:
+        raise ValueError(f"advantages has dtype {advantages.dtype} but logp has {logp.dtype}")
+    if mask.dtype != torch.bool and ((mask != 0) & (mask != 1)).any():
+        raise ValueError("mask must be bool or contain only 0 and 1")
+    m = mask.bool()
+    empty = (~m.any(dim=1)).nonzero()
+    if empty.numel():
+        raise ValueError(f"mask row {empty[0, 0].item()} is all zero (a response with no tokens)")
+    named = {"logp": logp, **named, "advantages": advantages}
+    for name, x in named.items():
+        bad = ~torch.isfinite(x) & (m if x.dim() == 2 else m.any(dim=1))
+        if bad.any():
+            raise ValueError(f"{name} is not finite at masked-in position {tuple(bad.nonzero()[0].tolist())}")
+
+
+__all__ = ["KL_KINDS", "KLKind", "dapo_loss", "grpo_loss", "ppo_loss", "reinforce_pp_loss"]
