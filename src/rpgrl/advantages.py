@@ -1,0 +1,168 @@
+"""Outcome advantage estimators (spec 5.1): one scalar reward per response in, advantages out.
+
+Every estimator shares one signature (the `AdvantageFn` protocol):
+
+    fn(rewards: (B,), group: (B,) integer prompt ids, mask: (B, T)) -> advantages (B,) or (B, T)
+
+`group` marks responses to the same prompt (any integer ids, not necessarily contiguous); groups may have different
+sizes. Group statistics are computed with index_add (no Python loop over groups). Estimators, with exact epsilons:
+
+    rpg                     A_i = R_i - mean_g(R)                         size-1 group: mean 0 (A = R)
+    drgrpo                  the same (Dr. GRPO's "no std"); a separate name so presets say what they mean
+    grpo                    A_i = (R_i - mean_g(R)) / (std_g(R) + 1e-6)   Bessel std; size-1 group: mean 0, std 1
+    rloo                    A_i = R_i - mean_{j in g, j != i} R_j          size-1 group: baseline 0 (A = R)
+    reinforce_pp            R_i on every valid token, whitened over all valid tokens of the batch:
+                            (v - mu) / sqrt(var + 1e-8), token-weighted mu, Bessel var over tokens -> (B, T)
+    reinforce_pp_baseline   R_i - mean_g(R) (size-1: mean 0) on every valid token, then the same whitening
+
+(`rpg` = ((G-1)/G) * `rloo` for a group of size G, so its expected gradient is ((G-1)/G) grad E[R]; dividing by
+the group std (`grpo`) makes it not even parallel to grad E[R], spec 5.1.) REINFORCE++ uses gamma = 1, so the
+return of every valid token is R_i. The (B, T) outputs are 0 on padding.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from rpgrl.registry import Registry
+
+GRPO_EPS = 1e-6
+WHITEN_EPS = 1e-8
+
+
+class AdvantageFn(Protocol):
+    def __call__(self, rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor, **options) -> torch.Tensor: ...
+
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
+register_advantage = ADVANTAGES.register
+get_advantage = ADVANTAGES.get
+
+
+@register_advantage("rpg")
+def rpg_advantage(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i - group mean (a size-1 group gets mean 0). Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
+    _check(rewards, group, mask)
+    mean, _, _ = _group_moments(rewards, group)
+    return rewards - mean
+
+
+@register_advantage("drgrpo")
+def drgrpo_advantage(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO: group mean, no std. Identical to `rpg`. Shapes: (B,), (B,), (B, T) -> (B,)."""
+    return rpg_advantage(rewards, group, mask)
+
+
+@register_advantage("grpo")
+def grpo_advantage(
+    rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor, *, eps: float = GRPO_EPS
+) -> torch.Tensor:
+    """A_i = (R_i - group mean) / (group std + eps), std with Bessel correction; a size-1 group uses mean 0, std 1
+    (so A = R / (1 + eps)), as verl does. Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
+    _check(rewards, group, mask)
+    mean, var, n = _group_moments(rewards, group)
+    std = torch.where(n > 1, var.sqrt(), torch.ones_like(var))
+    return (rewards - mean) / (std + eps)
+
+
+@register_advantage("rloo")
+def rloo_advantage(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i - mean of the other responses of its group (leave-one-out); a size-1 group has baseline 0.
+    Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
+    _check(rewards, group, mask)
+    inv, n = _group_index(group, rewards.dtype)
+    total = torch.zeros(n.numel(), dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, rewards)[inv]
+    n = n[inv]
+    baseline = torch.where(n > 1, (total - rewards) / (n - 1).clamp(min=1), torch.zeros_like(rewards))
+    return rewards - baseline
+
+
+@register_advantage("reinforce_pp")
+def reinforce_pp_advantage(
+    rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS
+) -> torch.Tensor:
+    """REINFORCE++: R_i broadcast to its valid tokens (gamma = 1), whitened over all valid tokens of the batch.
+    `group` is not used. Shapes: rewards, group: (B,); mask: (B, T) -> (B, T), 0 on padding."""
+    _check(rewards, group, mask)
+    return whiten(rewards[:, None].expand(mask.shape), mask, eps=eps)
+
+
+@register_advantage("reinforce_pp_baseline")
+def reinforce_pp_baseline_advantage(
+    rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS
+) -> torch.Tensor:
+    """REINFORCE++-baseline: R_i - group mean (size-1 group: mean 0) broadcast to its valid tokens, then whitened
+    over all valid tokens of the batch. Shapes: rewards, group: (B,); mask: (B, T) -> (B, T), 0 on padding."""
+    centred = rpg_advantage(rewards, group, mask)
+    return whiten(centred[:, None].expand(mask.shape), mask, eps=eps)
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS) -> torch.Tensor:
+    """(values - mu) / sqrt(var + eps) over the positions where mask is set, 0 elsewhere.
+
+    mu = token-weighted mean, var = token-weighted variance with Bessel correction over the token count N
+    (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Shapes: values, mask: (B, T) -> (B, T)."""
+    m = mask.bool()
+    n = m.sum()
+    if n < 2:
+        raise ValueError(f"whitening needs at least 2 valid tokens (Bessel correction), got {int(n)}")
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    v = torch.where(m, values, zero)
+    mu = v.sum() / n
+    var = torch.where(m, (v - mu).square(), zero).sum() / (n - 1)
+    return torch.where(m, (v - mu) * torch.rsqrt(var + eps), zero)
+
+
+def _group_index(group: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense group index per sample (B,) and group sizes (K,) as `dtype`."""
+    _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    return inv, counts.to(dtype)
+
+
+def _group_moments(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample (B,): group mean (0 for size-1 groups), Bessel group variance (0 for size-1 groups), group size."""
+    inv, n = _group_index(group, rewards.dtype)
+    k = n.numel()
+    mean = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, rewards) / n
+    mean = torch.where(n > 1, mean, torch.zeros_like(mean))[inv]  # (B,)
+    sq = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, (rewards - mean).square())
+    var = torch.where(n > 1, sq / (n - 1).clamp(min=1), torch.zeros_like(sq))[inv]  # two-pass: no cancellation
+    return mean, var, n[inv]
+
+
+def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> None:
+    if rewards.dim() != 1 or rewards.numel() == 0:
+        raise ValueError(f"rewards must be a non-empty (B,) tensor, got shape {tuple(rewards.shape)}")
+    if not rewards.is_floating_point():
+        raise ValueError(f"rewards must be a floating tensor, got {rewards.dtype}")
+    if group.shape != rewards.shape:
+        raise ValueError(f"group {tuple(group.shape)} must have the shape of rewards {tuple(rewards.shape)}")
+    if group.is_floating_point() or group.is_complex() or group.dtype == torch.bool:
+        raise ValueError(f"group must hold integer prompt ids, got {group.dtype}")
+    if mask.dim() != 2 or mask.shape[0] != rewards.shape[0]:
+        raise ValueError(f"mask must be (B, T) with B = {rewards.shape[0]}, got shape {tuple(mask.shape)}")
+    if mask.dtype != torch.bool and ((mask != 0) & (mask != 1)).any():
+        raise ValueError("mask must be bool or contain only 0 and 1")
+    bad = (~torch.isfinite(rewards)).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise ValueError(f"rewards[{i}] is not finite ({rewards[i].item()}); {bad.shape[0]} non-finite reward(s)")
+
+
+__all__ = [
+    "ADVANTAGES",
+    "GRPO_EPS",
+    "WHITEN_EPS",
+    "AdvantageFn",
+    "drgrpo_advantage",
+    "get_advantage",
+    "grpo_advantage",
+    "register_advantage",
+    "reinforce_pp_advantage",
+    "reinforce_pp_baseline_advantage",
+    "rloo_advantage",
+    "rpg_advantage",
+    "whiten",
+]
