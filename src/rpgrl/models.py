@@ -1,0 +1,177 @@
+"""Tiny local models and tokenizers: everything built from a config, nothing downloaded.
+
+- `build_char_tokenizer(chars)`: one token per character of a fixed alphabet (the embedded synthetic task).
+- `build_byte_tokenizer()`: byte-level, so any UTF-8 text round-trips (tests, `rpgrl eval` with a tiny model).
+- `build_tiny_model(tokenizer, ...)`: a randomly initialised Qwen2/Qwen3 causal LM in float32.
+- `load_model(path)`: a model and tokenizer from a local Hugging Face folder.
+
+Both tokenizers are `transformers.PreTrainedTokenizerFast` objects backed by the `tokenizers` library, with
+`<pad>`, `<eos>` and `<bos>` special tokens; encoding with special tokens prepends `<bos>` (a fixed first token
+for every prompt). They carry a minimal chat template, so code written for a real chat model (render the
+`[{"role": "user", ...}]` message with `apply_chat_template`) runs unchanged on them. They save and load with
+`save_pretrained` and load back with `load_model` (not `AutoTokenizer`: transformers 5 swaps in the Qwen2
+tokenizer class for a Qwen2 folder, which re-splits text differently).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+from rpgrl.errors import UsageError
+
+PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
+SPECIAL_TOKENS = (PAD, EOS, BOS)  # ids 0, 1, 2 in both tokenizers
+
+# A chat template for the tiny tokenizers: "<|user|>\n{content}\n<|assistant|>\n" (markers are plain text).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def _wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, padding_side="left"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
+    """One token per character of `chars` (ids 3, 4, ... in order), after `<pad>`=0, `<eos>`=1, `<bos>`=2.
+
+    A character outside `chars` raises on encoding (there is no unknown token: the synthetic task never needs one,
+    and a silent `<unk>` would hide a bug).
+
+    >>> tok = build_char_tokenizer("0123456789+")
+    >>> tok("1+2", add_special_tokens=False)["input_ids"]
+    [4, 13, 5]
+    """
+    if len(set(chars)) != len(chars):
+        raise ValueError(f"build_char_tokenizer: duplicate characters in {chars!r}")
+    if not chars:
+        raise ValueError("build_char_tokenizer: empty character set")
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    vocab.update({c: i + len(SPECIAL_TOKENS) for i, c in enumerate(chars)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character alone
+    tok.decoder = decoders.Fuse()  # concatenate, no spaces between tokens
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return _wrap(tok)
+
+
+def build_byte_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer: 3 special tokens + 256 byte tokens, no merges, so any UTF-8 text round-trips.
+
+    >>> tok = build_byte_tokenizer()
+    >>> tok.decode(tok("héllo ∑")["input_ids"], skip_special_tokens=True)
+    'héllo ∑'
+    """
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    vocab.update({c: i + len(SPECIAL_TOKENS) for i, c in enumerate(alphabet)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return _wrap(tok)
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    arch: Literal["qwen2", "qwen3"] = "qwen2",
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 384,
+    max_positions: int = 2048,
+    tie_embeddings: bool = True,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A randomly initialised Qwen2 (or Qwen3, which adds q/k RMS norms) causal LM in float32, in eval mode.
+
+    The vocabulary is `len(tokenizer)`; the pad/eos/bos ids come from the tokenizer. The default (hidden 128,
+    4 layers, 4 heads with 2 KV heads, FFN 384) has about 0.79M parameters with the synthetic task's alphabet.
+    Initialisation is reproducible: the global torch RNG state is saved and restored around it.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    if hidden % heads or heads % kv_heads:
+        raise ValueError(
+            f"build_tiny_model: need hidden % heads == 0 and heads % kv_heads == 0, got {hidden=}, "
+            f"{heads=}, {kv_heads=}"
+        )
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=ffn,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=tie_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        use_cache=True,
+    )
+    if arch == "qwen2":
+        config, cls = Qwen2Config(**common), Qwen2ForCausalLM
+    elif arch == "qwen3":
+        config, cls = Qwen3Config(head_dim=hidden // heads, **common), Qwen3ForCausalLM
+    else:
+        raise ValueError(f"build_tiny_model: unknown arch {arch!r}; valid: qwen2, qwen3")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(config).to(torch.float32)
+    # True sampling if anyone calls `generate`: no hidden top-k (see docs/cpu-default-notes.md, pitfalls).
+    model.generation_config.do_sample = True
+    model.generation_config.top_k = 0
+    model.generation_config.top_p = 1.0
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.eval()
+
+
+def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """(model, tokenizer) from a local Hugging Face folder (`config.json`, weights, tokenizer files), in eval mode.
+
+    `dtype=None` keeps the dtype stored in the checkpoint. A missing folder or file raises `UsageError`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise UsageError(f"model folder not found: {path}")
+    if not (path / "config.json").is_file():
+        raise UsageError(f"not a model folder (no config.json): {path}")
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        raise UsageError(f"no tokenizer files (tokenizer.json / tokenizer_config.json) in model folder: {path}")
+    try:
+        tokenizer = _load_tokenizer(path, AutoTokenizer)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto" if dtype is None else dtype)
+    except OSError as e:  # e.g. config present but no weights file
+        raise UsageError(f"cannot load model from {path}: {str(e).splitlines()[0]}") from None
+    return model.eval(), tokenizer
+
+
+def _load_tokenizer(path: Path, auto_cls) -> PreTrainedTokenizerFast:
+    # transformers 5 maps model_type "qwen2" to Qwen2Tokenizer even when tokenizer_config.json names the generic
+    # class, which rebuilds a different pre-tokenizer and breaks the tiny tokenizers. Load generic ones as saved.
+    import json
+
+    cfg_file = path / "tokenizer_config.json"
+    cls_name = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
+    if cls_name in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    return auto_cls.from_pretrained(path)

@@ -1,0 +1,457 @@
+"""Text generation and per-token log-probs: the only module that knows how text is produced.
+
+- `sample(model, tokenizer, prompts, n=G, ...)` -> `Rollout`: G samples per prompt from a Hugging Face causal LM
+  with its KV cache. Each prompt is encoded once (prefill of the unique prompts), then the cache is repeated G
+  times. A plain decode loop over `model(...)`; it samples with true temperature / top-p (no hidden top-k) or
+  greedily, stops at EOS or `max_new_tokens`, and stops early once every row is done.
+- `token_logprobs(model, rollout)` -> log-probs (and optionally entropies) of the response tokens, computed chunk by
+  chunk from the final hidden states, so a full (B, T, V) float32 logits tensor is never materialised.
+
+Left padding and positions: prompts are left-padded and `position_ids = cumsum(attention_mask) - 1` (what
+`generate` does), both when sampling and in `token_logprobs`, so training-side log-probs equal the sampler's.
+
+Shapes: `B` rows (= prompts x G), `P` padded prompt width, `T` response width, `V` vocabulary.
+Left out: vLLM or any other engine, stop strings, repetition penalties, top-k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class Rollout:
+    """Prompts and responses of one batch, side by side in one token matrix.
+
+    `input_ids` (B, P+T): left-padded prompt | response right-padded with the pad id.
+    `attention_mask` (B, P+T): 1 on prompt tokens and on response tokens up to and including the first EOS.
+    `prompt_len`: P, the padded prompt width.
+    `response_mask` (B, T) float: 1 for response tokens up to AND including the first EOS, else 0.
+    `group` (B,): index of the row's prompt in the input list (the G samples of a prompt are adjacent).
+    `texts`: decoded responses, special tokens skipped.
+    `sampler_logp` (B, T) or None: log-prob of each sampled token under the sampler's logits / temperature
+    (before top-p filtering), 0 where `response_mask` is 0.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    prompt_len: int
+    response_mask: Tensor
+    group: Tensor
+    texts: list[str]
+    sampler_logp: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def response_ids(self) -> Tensor:
+        """(B, T) response tokens (pad id after the first EOS)."""
+        return self.input_ids[:, self.prompt_len :]
+
+    @property
+    def prompt_ids(self) -> Tensor:
+        """(B, P) left-padded prompt tokens."""
+        return self.input_ids[:, : self.prompt_len]
+
+    @property
+    def lengths(self) -> Tensor:
+        """(B,) long: response lengths in tokens, EOS included."""
+        return self.response_mask.sum(-1).long()
+
+    @property
+    def position_ids(self) -> Tensor:
+        """(B, P+T): cumsum(attention_mask) - 1, clamped at 0 on left padding (what `generate` uses)."""
+        return position_ids(self.attention_mask)
+
+    def select(self, index: Tensor | Sequence[int] | slice) -> Rollout:
+        """The rows `index` (a slice, a list of row numbers, a long tensor or a bool mask), widths unchanged."""
+        if isinstance(index, slice):
+            rows = torch.arange(len(self))[index]
+        else:
+            rows = torch.as_tensor(index)
+            if rows.dtype == torch.bool:
+                rows = rows.nonzero().squeeze(-1)
+        rows = rows.to(self.input_ids.device)
+        return Rollout(
+            input_ids=self.input_ids[rows],
+            attention_mask=self.attention_mask[rows],
+            prompt_len=self.prompt_len,
+            response_mask=self.response_mask[rows],
+            group=self.group[rows],
+            texts=[self.texts[i] for i in rows.tolist()],
+            sampler_logp=None if self.sampler_logp is None else self.sampler_logp[rows],
+        )
+
+    def compact(self) -> Rollout:
+        """Drop prompt columns that are padding in every row and response columns past the longest response."""
+        P = self.prompt_len
+        start = int((self.attention_mask[:, :P].sum(0) == 0).sum())  # left padding is a prefix in every row
+        T = int(self.lengths.max()) if len(self) else 0
+        return replace(
+            self,
+            input_ids=self.input_ids[:, start : P + T],
+            attention_mask=self.attention_mask[:, start : P + T],
+            prompt_len=P - start,
+            response_mask=self.response_mask[:, :T],
+            sampler_logp=None if self.sampler_logp is None else self.sampler_logp[:, :T],
+        )
+
+
+def _upcast(x: Tensor) -> Tensor:
+    """Half-precision logits -> float32; float32/float64 unchanged (float64 models give float64 log-probs)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def position_ids(attention_mask: Tensor) -> Tensor:
+    """(B, L) -> (B, L): cumsum(mask) - 1, with left-padding positions set to 0."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, width - len(s) :] = torch.as_tensor(s, dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _eos_ids(model, tokenizer, eos_token_ids: Sequence[int] | int | None) -> list[int]:
+    if eos_token_ids is None:
+        found = []
+        for src in (getattr(model, "generation_config", None), tokenizer):
+            v = getattr(src, "eos_token_id", None)
+            found += [] if v is None else [v] if isinstance(v, int) else list(v)
+        eos_token_ids = found
+    ids = [eos_token_ids] if isinstance(eos_token_ids, int) else sorted(set(eos_token_ids))
+    if not ids:
+        raise ValueError("no EOS token id: pass eos_token_ids= or use a tokenizer with an eos_token")
+    return ids
+
+
+def _pad_id(tokenizer, eos: list[int]) -> int:
+    pad = tokenizer.pad_token_id
+    return eos[0] if pad is None else pad
+
+
+def _decode(tokenizer, response_ids: Tensor, lengths: Tensor) -> list[str]:
+    rows = [ids[:n] for ids, n in zip(response_ids.tolist(), lengths.tolist(), strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+def response_mask_from_ids(response_ids: Tensor, eos_ids: Sequence[int], valid: Tensor | None = None) -> Tensor:
+    """(B, T) long ids -> (B, T) float mask: 1 up to AND including the first EOS (or everything if none).
+
+    `valid` (B, T) bool, optional: positions that hold a token at all (e.g. not right padding).
+    """
+    is_eos = torch.isin(response_ids, torch.as_tensor(list(eos_ids), device=response_ids.device))
+    if valid is not None:
+        is_eos &= valid
+    eos_before = is_eos.long().cumsum(-1) - is_eos.long()  # number of EOS strictly before each position
+    mask = eos_before == 0
+    if valid is not None:
+        mask &= valid
+    return mask.float()
+
+
+def make_rollout(
+    tokenizer,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    group: Sequence[int] | Tensor | None = None,
+    eos_token_ids: Sequence[int] | int | None = None,
+    device: torch.device | str = "cpu",
+) -> Rollout:
+    """A Rollout from given token lists (teacher forcing: supervised warm start, tests, replaying responses).
+
+    Each response counts up to and including its first EOS; tokens after it are padded out.
+    `group` defaults to one group per row.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"make_rollout: {len(prompts)} prompts but {len(responses)} responses")
+    if not prompts:
+        raise ValueError("make_rollout: empty batch")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("make_rollout: empty prompt (encode at least one token, e.g. BOS)")
+    eos = _eos_ids(None, tokenizer, eos_token_ids)
+    pad = _pad_id(tokenizer, eos)
+    device = torch.device(device)
+    p_ids, p_mask = _left_pad(prompts, pad, device)
+    T = max(1, max(len(r) for r in responses))
+    r_ids = torch.full((len(responses), T), pad, dtype=torch.long)
+    valid = torch.zeros((len(responses), T), dtype=torch.bool)
+    for i, r in enumerate(responses):
+        r_ids[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        valid[i, : len(r)] = True
+    r_ids, valid = r_ids.to(device), valid.to(device)
+    r_mask = response_mask_from_ids(r_ids, eos, valid)
+    r_ids = torch.where(r_mask.bool(), r_ids, pad)
+    g = torch.arange(len(prompts)) if group is None else torch.as_tensor(group, dtype=torch.long)
+    return Rollout(
+        input_ids=torch.cat([p_ids, r_ids], 1),
+        attention_mask=torch.cat([p_mask, r_mask.long()], 1),
+        prompt_len=p_ids.shape[1],
+        response_mask=r_mask,
+        group=g.to(device),
+        texts=_decode(tokenizer, r_ids, r_mask.sum(-1).long()),
+    )
+
+
+def cat_rollouts(rollouts: Sequence[Rollout], *, pad_id: int, renumber_groups: bool = True) -> Rollout:
+    """Concatenate rollouts along rows, re-padding prompts on the left and responses on the right.
+
+    With `renumber_groups`, each part's group ids are shifted past the previous parts' (so groups stay distinct,
+    e.g. chunks of one prompt list keep their prompt indices); otherwise they are kept as they are.
+    """
+    if not rollouts:
+        raise ValueError("cat_rollouts: nothing to concatenate")
+    P = max(r.prompt_len for r in rollouts)
+    T = max(r.response_mask.shape[1] for r in rollouts)
+    ids, att, rmask, groups, texts, logps = [], [], [], [], [], []
+    offset = 0
+    for r in rollouts:
+        lp, rp = P - r.prompt_len, T - r.response_mask.shape[1]
+        ids.append(F.pad(r.prompt_ids, (lp, 0), value=pad_id))
+        ids[-1] = torch.cat([ids[-1], F.pad(r.response_ids, (0, rp), value=pad_id)], 1)
+        att.append(F.pad(r.attention_mask, (lp, rp), value=0))
+        rmask.append(F.pad(r.response_mask, (0, rp), value=0.0))
+        groups.append(r.group + offset if renumber_groups else r.group)
+        if renumber_groups and len(r):
+            offset = int(groups[-1].max()) + 1
+        texts += r.texts
+        logps.append(None if r.sampler_logp is None else F.pad(r.sampler_logp, (0, rp), value=0.0))
+    return Rollout(
+        input_ids=torch.cat(ids),
+        attention_mask=torch.cat(att),
+        prompt_len=P,
+        response_mask=torch.cat(rmask),
+        group=torch.cat(groups),
+        texts=texts,
+        sampler_logp=None if any(lp is None for lp in logps) else torch.cat(logps),
+    )
+
+
+def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
+    """(N, V) probabilities -> (N, V) renormalised over the smallest set of tokens whose mass reaches `top_p`.
+
+    A token is kept when the mass of the tokens ranked strictly above it is below `top_p`, so the top token is always
+    kept and `top_p=1` keeps every token with non-zero probability.
+    """
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(-1, descending=True)
+    mass_above = sorted_p.cumsum(-1) - sorted_p
+    sorted_p = sorted_p.masked_fill(mass_above >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def sample(
+    model,
+    tokenizer,
+    prompts: Sequence[Sequence[int]],
+    *,
+    n: int = 1,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+    eos_token_ids: Sequence[int] | int | None = None,
+    progress: bool = False,
+) -> Rollout:
+    """Sample `n` responses per prompt; rows `i*n .. i*n+n-1` belong to prompt `i` (`group == i`).
+
+    prompts: token-id lists (already templated / with BOS as the model expects), each non-empty.
+    temperature, top_p: true sampling from softmax(logits / temperature), optionally nucleus-filtered; no top-k.
+    greedy: argmax instead of sampling (`sampler_logp` is still taken from logits / temperature).
+    batch_size: prompts per forward chunk (each chunk holds batch_size * n rows); None = all at once.
+    generator: a `torch.Generator` for reproducible sampling (on the model's device).
+    eos_token_ids: stop tokens; default = the model's generation-config EOS ids plus the tokenizer's.
+    """
+    if not prompts:
+        raise ValueError("sample: empty prompt list")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("sample: empty prompt (encode at least one token, e.g. BOS)")
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"sample: need n >= 1 and max_new_tokens >= 1, got {n=}, {max_new_tokens=}")
+    if not temperature > 0:
+        raise ValueError(f"sample: temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"sample: batch_size must be >= 1, got {batch_size}")
+    eos = _eos_ids(model, tokenizer, eos_token_ids)
+    pad = _pad_id(tokenizer, eos)
+    step = batch_size or len(prompts)
+    starts = range(0, len(prompts), step)
+    if progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="sampling", unit="chunk")
+    with torch.inference_mode():
+        parts = [
+            _sample_chunk(
+                model, prompts[s : s + step], n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad
+            )
+            for s in starts
+        ]
+        out = parts[0] if len(parts) == 1 else cat_rollouts(parts, pad_id=pad)
+    # Inference-mode tensors cannot enter autograd later (token_logprobs under grad): copy them out.
+    return Rollout(
+        input_ids=out.input_ids.clone(),
+        attention_mask=out.attention_mask.clone(),
+        prompt_len=out.prompt_len,
+        response_mask=out.response_mask.clone(),
+        group=out.group.clone(),
+        texts=_decode(tokenizer, out.response_ids, out.lengths),
+        sampler_logp=out.sampler_logp.clone(),
+    )
+
+
+def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad) -> Rollout:
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = _left_pad(prompts, pad, device)  # (U, P)
+    U, P = prompt_ids.shape
+    B = U * n
+    cache = DynamicCache(config=model.config)
+    pos = position_ids(prompt_mask)
+    # Prefill the U unique prompts once, then repeat cache and last logits n times (rows of a group adjacent).
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=pos,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    logits = _upcast(out.logits[:, -1])  # (U, V)
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+        logits = logits.repeat_interleave(n, 0)  # (B, V)
+    mask = prompt_mask.repeat_interleave(n, 0)  # (B, P), grows by one column per step
+    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
+    eos_t = torch.as_tensor(eos, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens, logps = [], []
+    ones = torch.ones((B, 1), dtype=mask.dtype, device=device)
+    for t in range(max_new_tokens):
+        logp_all = torch.log_softmax(logits / temperature, -1)  # (B, V)
+        if greedy:
+            tok = logits.argmax(-1)
+        else:
+            probs = top_p_filter(logp_all.exp(), top_p)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
+        tokens.append(torch.where(done, pad, tok))
+        logps.append(torch.where(done, 0.0, lp))
+        done = done | torch.isin(tok, eos_t)
+        if t == max_new_tokens - 1 or bool(done.all()):
+            break
+        mask = torch.cat([mask, ones], 1)
+        out = model(
+            input_ids=tokens[-1][:, None],
+            attention_mask=mask,
+            position_ids=next_pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = _upcast(out.logits[:, -1])
+        next_pos = next_pos + 1
+    response = torch.stack(tokens, 1)  # (B, T)
+    r_mask = response_mask_from_ids(response, eos)
+    return Rollout(
+        input_ids=torch.cat([prompt_ids.repeat_interleave(n, 0), response], 1),
+        attention_mask=torch.cat([prompt_mask.repeat_interleave(n, 0), r_mask.long()], 1),
+        prompt_len=P,
+        response_mask=r_mask,
+        group=torch.arange(U, device=device).repeat_interleave(n),
+        texts=[],  # decoded once by `sample`
+        sampler_logp=torch.stack(logps, 1) * r_mask,
+    )
+
+
+def _check_plain_lm_head(model) -> None:
+    # token_logprobs applies lm_head itself; models that post-process logits would silently differ from sampling.
+    cfg = model.config
+    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        v = getattr(cfg, attr, None)
+        if v not in (None, 1, 1.0):
+            raise ValueError(f"token_logprobs: models with config.{attr}={v} are not supported (logits post-processed)")
+
+
+def _chunk_logprobs(h: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, temperature: float, with_entropy):
+    """(N, H) hidden states, (N,) targets -> (N,) log-probs and (N,) entropies (or an empty tensor)."""
+    logits = _upcast(F.linear(h, weight, bias)) / temperature  # (N, V)
+    logp_all = torch.log_softmax(logits, -1)
+    lp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else lp.new_zeros(0)
+    return lp, ent
+
+
+def token_logprobs(
+    model,
+    rollout: Rollout,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 4096,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs of the response tokens under `model`, from logits / temperature: (B, T), 0 off the response mask.
+
+    With `with_entropy`, also the entropy of the full next-token distribution (softmax(logits / temperature)) at
+    each response position, (B, T), 0 off the mask; else None.
+
+    Runs the base model once for the hidden states, then applies the output head + log-softmax to the masked
+    response positions in chunks of `chunk_size` positions; when gradients are enabled each chunk is wrapped in
+    `torch.utils.checkpoint`, so at most one (chunk_size, V) float32 logits block is alive at a time.
+    Differentiable when called with grad enabled; the caller chooses train/eval mode.
+    """
+    if not temperature > 0:
+        raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"token_logprobs: chunk_size must be >= 1, got {chunk_size}")
+    _check_plain_lm_head(model)
+    P = rollout.prompt_len
+    if P < 1:
+        raise ValueError("token_logprobs: rollout has no prompt token to condition the first response token on")
+    head = model.get_output_embeddings()
+    hidden = model.get_decoder()(
+        input_ids=rollout.input_ids,
+        attention_mask=rollout.attention_mask,
+        position_ids=rollout.position_ids,
+        use_cache=False,
+    ).last_hidden_state  # (B, P+T, H)
+    h = hidden[:, P - 1 : -1]  # (B, T, H): the state before each response token
+    keep = rollout.response_mask.bool()  # (B, T)
+    h_sel, tgt = h[keep], rollout.response_ids[keep]  # (N, H), (N,)
+    lps, ents = [], []
+    for s in range(0, tgt.shape[0], chunk_size):
+        args = (h_sel[s : s + chunk_size], tgt[s : s + chunk_size], head.weight, head.bias, temperature, with_entropy)
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(*args)
+        lps.append(lp)
+        ents.append(ent)
+    dtype = _upcast(h_sel[:0]).dtype
+    logp = torch.zeros(keep.shape, dtype=dtype, device=h.device)
+    logp = logp.masked_scatter(keep, torch.cat(lps)) if lps else logp
+    entropy = None
+    if with_entropy:
+        entropy = torch.zeros(keep.shape, dtype=dtype, device=h.device)
+        entropy = entropy.masked_scatter(keep, torch.cat(ents)) if ents else entropy
+    return logp, entropy

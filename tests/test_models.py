@@ -1,0 +1,113 @@
+"""Tiny tokenizers and models: round trips, ids, reproducible init, save/load, loud errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rpgrl.errors import UsageError
+from rpgrl.models import build_byte_tokenizer, build_char_tokenizer, build_tiny_model, load_model
+
+CHARS = "0123456789+-=:\nAQnswer "
+
+
+def test_char_tokenizer_ids_and_round_trip():
+    tok = build_char_tokenizer(CHARS)
+    assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (0, 1, 2)
+    assert len(tok) == 3 + len(CHARS)
+    text = "Q:12+3\n2+3=5\nAnswer: 15"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id  # BOS prepended when encoding with special tokens
+    assert ids[1:] == [3 + CHARS.index(c) for c in text]  # one token per character, in charset order
+    assert tok(text, add_special_tokens=False)["input_ids"] == ids[1:]
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == text
+
+
+def test_char_tokenizer_rejects_unknown_and_duplicate_chars():
+    tok = build_char_tokenizer("0123")
+    with pytest.raises(Exception):  # noqa: B017 - the tokenizers library raises a bare Exception
+        tok("x")
+    with pytest.raises(ValueError, match="duplicate"):
+        build_char_tokenizer("00")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain ascii",
+        "Let $x^2 + y^2 = 1$. Find \\frac{1}{2}.\n\nAnswer: 42",
+        "héllo ∑ 日本語 😀 tabs\tand  double  spaces\n",
+        "",
+    ],
+)
+def test_byte_tokenizer_round_trips_utf8(text):
+    tok = build_byte_tokenizer()
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    assert len(ids) - 1 == len(text.encode("utf-8"))  # one token per byte, no merges
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_chat_template_renders_user_message():
+    tok = build_byte_tokenizer()
+    msgs = [{"role": "user", "content": "What is 1+1?"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text == "<|user|>\nWhat is 1+1?\n<|assistant|>\n"
+
+
+def test_tiny_model_shape_params_and_reproducible_init():
+    tok = build_char_tokenizer(CHARS)
+    m = build_tiny_model(tok)
+    assert m.dtype == torch.float32 and not m.training
+    assert m.config.vocab_size == len(tok)
+    # embeddings (tied) + 4 layers of attention (q 128x128+b, k/v 128x64+b, o 128x128) + SwiGLU MLP + 2 norms
+    h, f, kv, v = 128, 384, 64, len(tok)
+    per_layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * f + 2 * h
+    assert sum(p.numel() for p in m.parameters()) == v * h + 4 * per_layer + h
+    state = torch.random.get_rng_state()
+    m2 = build_tiny_model(tok, seed=0)
+    assert torch.equal(torch.random.get_rng_state(), state)  # global RNG untouched
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), m2.state_dict().values(), strict=True))
+    m3 = build_tiny_model(tok, seed=1)
+    assert not torch.equal(m.lm_head.weight, m3.lm_head.weight)
+
+
+def test_qwen3_and_bad_shapes():
+    tok = build_char_tokenizer(CHARS)
+    m = build_tiny_model(tok, arch="qwen3", hidden=32, layers=1, heads=4, kv_heads=2, ffn=64)
+    out = m(torch.tensor([tok("Q:1+2")["input_ids"]]))
+    assert out.logits.shape == (1, 6, len(tok))
+    with pytest.raises(ValueError, match="heads"):
+        build_tiny_model(tok, hidden=30, heads=4)
+    with pytest.raises(ValueError, match="arch"):
+        build_tiny_model(tok, arch="gpt2")
+
+
+@pytest.mark.parametrize("builder", [lambda: build_char_tokenizer(CHARS), build_byte_tokenizer])
+def test_save_and_load_round_trip(tmp_path, builder):
+    tok = builder()
+    m = build_tiny_model(tok, hidden=32, layers=1, heads=4, kv_heads=2, ffn=64)
+    m.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    m2, tok2 = load_model(tmp_path)
+    text = "Q:12+3\nAnswer: 15 "
+    assert tok2(text)["input_ids"] == tok(text)["input_ids"]
+    assert tok2.decode(tok2(text)["input_ids"], skip_special_tokens=True) == text
+    assert (tok2.pad_token_id, tok2.eos_token_id, tok2.padding_side) == (0, 1, "left")
+    x = torch.tensor([tok(text)["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(m(x).logits, m2(x).logits)
+    m3, _ = load_model(tmp_path, dtype=torch.float64)
+    assert m3.dtype == torch.float64
+
+
+def test_load_model_errors_name_the_path(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(UsageError, match="nope"):
+        load_model(missing)
+    with pytest.raises(UsageError, match="config.json"):
+        load_model(tmp_path)
+    build_tiny_model(build_byte_tokenizer(), hidden=32, layers=1, heads=4, kv_heads=2, ffn=64).save_pretrained(tmp_path)
+    with pytest.raises(UsageError, match="tokenizer"):
+        load_model(tmp_path)

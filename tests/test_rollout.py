@@ -1,0 +1,288 @@
+"""Sampler and token log-probs, checked against slow references: full-sequence forwards without a cache or padding,
+float64 full-logits log-softmax, exact first-token distributions, and per-row loops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rpgrl.models import build_char_tokenizer, build_tiny_model
+from rpgrl.rollout import (
+    Rollout,
+    cat_rollouts,
+    make_rollout,
+    position_ids,
+    response_mask_from_ids,
+    sample,
+    token_logprobs,
+    top_p_filter,
+)
+
+CHARS = "0123456789+-=:\nAQnswer "
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer(CHARS)
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=3)
+
+
+def encode(tok, texts):
+    return [tok(t)["input_ids"] for t in texts]
+
+
+PROMPTS = ["Q:1+2\n", "Q:123+456\n", "Q:7\n", "Q:99-12=\n"]  # different lengths -> left padding
+
+
+def ref_row_logprobs(model, prompt: list[int], response: list[int], temperature=1.0):
+    """Slow reference: one unpadded full forward per row, full-logits log-softmax, float64."""
+    x = torch.tensor([prompt + response])
+    logits = model(x).logits[0].double() / temperature  # (L, V)
+    logp_all = torch.log_softmax(logits, -1)
+    P = len(prompt)
+    idx = torch.arange(len(response))
+    lp = logp_all[P - 1 + idx, torch.tensor(response)]
+    ent = -(logp_all.exp() * logp_all).sum(-1)[P - 1 + idx]
+    return lp, ent
+
+
+def rows(r: Rollout):
+    """(prompt tokens, response tokens incl. EOS) per row, padding removed."""
+    out = []
+    for i in range(len(r)):
+        p = r.prompt_ids[i][r.attention_mask[i, : r.prompt_len].bool()].tolist()
+        out.append((p, r.response_ids[i, : int(r.lengths[i])].tolist()))
+    return out
+
+
+# --- small pure helpers ----------------------------------------------------------------------------------------
+
+
+def test_position_ids_left_padding():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
+    assert position_ids(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 3]]
+
+
+def test_response_mask_up_to_and_including_first_eos():
+    ids = torch.tensor([[5, 1, 7, 1], [5, 6, 7, 8], [1, 0, 0, 0]])
+    assert response_mask_from_ids(ids, [1]).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    valid = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]]).bool()
+    assert response_mask_from_ids(ids, [1], valid).tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]]
+
+
+def test_top_p_filter_matches_loop():
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(50, 7, dtype=torch.float64), -1)
+    for top_p in (0.05, 0.3, 0.7, 0.95, 1.0):
+        got = top_p_filter(probs, top_p)
+        for row, g in zip(probs, got, strict=True):
+            order = row.argsort(descending=True)
+            keep, mass = [], 0.0
+            for j in order.tolist():  # add tokens by decreasing probability until the mass reaches top_p
+                keep.append(j)
+                mass += row[j].item()
+                if mass >= top_p:
+                    break
+            want = torch.zeros_like(row)
+            want[keep] = row[keep] / row[keep].sum()
+            torch.testing.assert_close(g, want)
+
+
+def test_make_rollout_layout(tok):
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    r = make_rollout(tok, [[2, 5], [2, 5, 6, 7]], [[8, eos, 9], [8, 9, 10]])  # row 0: token after EOS dropped
+    assert r.prompt_len == 4
+    assert r.input_ids.tolist() == [[pad, pad, 2, 5, 8, eos, pad], [2, 5, 6, 7, 8, 9, 10]]
+    assert r.attention_mask.tolist() == [[0, 0, 1, 1, 1, 1, 0], [1] * 7]
+    assert r.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert r.lengths.tolist() == [2, 3] and r.group.tolist() == [0, 1]
+    assert r.texts == [tok.decode([8]), tok.decode([8, 9, 10])]
+
+
+# --- sampling ------------------------------------------------------------------------------------------------------
+
+
+def test_sample_layout_groups_and_masks(model, tok):
+    prompts = encode(tok, PROMPTS)
+    g = torch.Generator().manual_seed(0)
+    r = sample(model, tok, prompts, n=3, max_new_tokens=12, generator=g)
+    B, P = len(prompts) * 3, max(map(len, prompts))
+    assert r.input_ids.shape == (B, P + r.response_mask.shape[1]) and r.prompt_len == P
+    assert r.group.tolist() == [i for i in range(len(prompts)) for _ in range(3)]
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    for i, (p, resp) in enumerate(rows(r)):
+        assert p == prompts[i // 3]
+        L = int(r.lengths[i])
+        assert eos not in resp[:-1]  # mask stops at the first EOS ...
+        assert resp[-1] == eos or L == 12  # ... which it includes, or the row hit max_new_tokens
+        assert (r.response_ids[i, L:] == pad).all() and (r.response_mask[i, L:] == 0).all()
+        assert r.texts[i] == tok.decode(resp, skip_special_tokens=True)
+    assert r.response_mask.shape[1] == int(r.lengths.max())  # no all-padding columns: stopped when all rows done
+
+
+def test_sample_stops_early_when_all_rows_done(model, tok):
+    # With every token but "0" declared a stop token, rows end almost at once: far fewer than 50 steps.
+    stop = [i for i in range(len(tok)) if i != tok.convert_tokens_to_ids("0")]
+    r = sample(model, tok, encode(tok, PROMPTS), n=4, max_new_tokens=50, eos_token_ids=stop)
+    assert r.response_mask.shape[1] == int(r.lengths.max()) < 50
+
+
+def test_sampler_logp_matches_token_logprobs(model, tok):
+    prompts = encode(tok, PROMPTS)
+    for temperature in (1.0, 0.7):
+        g = torch.Generator().manual_seed(1)
+        r = sample(model, tok, prompts, n=4, max_new_tokens=16, temperature=temperature, generator=g)
+        lp, _ = token_logprobs(model, r, temperature=temperature)
+        torch.testing.assert_close(lp, r.sampler_logp, atol=1e-5, rtol=0)
+        for i, (p, resp) in enumerate(rows(r)):  # and both match an unpadded float64 forward per row
+            want, _ = ref_row_logprobs(model, p, resp, temperature)
+            torch.testing.assert_close(lp[i, : len(resp)].double(), want, atol=1e-5, rtol=0)
+
+
+def test_grouped_prefill_equals_repeated_prompts(model, tok):
+    prompts = encode(tok, PROMPTS)
+    grouped = sample(model, tok, prompts, n=3, max_new_tokens=10, generator=torch.Generator().manual_seed(5))
+    repeated = [p for p in prompts for _ in range(3)]
+    flat = sample(model, tok, repeated, n=1, max_new_tokens=10, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(grouped.input_ids, flat.input_ids)
+    torch.testing.assert_close(grouped.sampler_logp, flat.sampler_logp, atol=1e-5, rtol=0)
+
+
+def test_sample_reproducible_with_generator(model, tok):
+    prompts = encode(tok, PROMPTS)
+    a = sample(model, tok, prompts, n=2, max_new_tokens=10, generator=torch.Generator().manual_seed(7))
+    b = sample(model, tok, prompts, n=2, max_new_tokens=10, generator=torch.Generator().manual_seed(7))
+    c = sample(model, tok, prompts, n=2, max_new_tokens=10, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(a.input_ids, b.input_ids) and a.texts == b.texts
+    assert not torch.equal(a.input_ids, c.input_ids)
+
+
+def test_greedy_matches_uncached_argmax_loop(model, tok):
+    prompts = encode(tok, PROMPTS)
+    r = sample(model, tok, prompts, greedy=True, max_new_tokens=8)
+    for i, p in enumerate(prompts):  # slow reference: full forward of the whole sequence at every step
+        seq = list(p)
+        with torch.no_grad():
+            for _ in range(8):
+                nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+                seq.append(nxt)
+                if nxt == tok.eos_token_id:
+                    break
+        assert r.response_ids[i, : int(r.lengths[i])].tolist() == seq[len(p) :]
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.5, 1.0), (1.0, 0.6)])
+def test_first_token_distribution_is_exact(model, tok, temperature, top_p):
+    """Empirical first-token frequencies over 6000 samples vs softmax(logits / T) (nucleus-filtered)."""
+    prompt = tok("Q:12+3\n")["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1].double()
+    probs = torch.softmax(logits / temperature, -1)
+    probs = top_p_filter(probs[None], top_p)[0]
+    N = 6000
+    r = sample(model, tok, [prompt], n=N, max_new_tokens=1, temperature=temperature, top_p=top_p,
+               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    freq = torch.bincount(r.response_ids[:, 0], minlength=len(tok)).double() / N
+    assert (freq[probs == 0] == 0).all()  # nothing outside the nucleus
+    # every token within 5 standard errors; also the total variation distance small
+    se = (probs * (1 - probs) / N).sqrt()
+    assert ((freq - probs).abs() <= 5 * se + 1e-12).all()
+    assert 0.5 * (freq - probs).abs().sum() < 0.04
+    if top_p == 1.0:
+        assert (freq > 0).sum() >= 15  # a flat-ish random model: no hidden top-k would show many tokens
+
+
+def test_batch_size_chunks_keep_prompt_order(model, tok):
+    prompts = encode(tok, PROMPTS)
+    r = sample(model, tok, prompts, n=2, max_new_tokens=9, batch_size=3, generator=torch.Generator().manual_seed(2))
+    assert r.group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [p for p, _ in rows(r)] == [p for p in prompts for _ in range(2)]
+    lp, _ = token_logprobs(model, r)
+    torch.testing.assert_close(lp, r.sampler_logp, atol=1e-5, rtol=0)
+
+
+def test_sample_bad_input(model, tok):
+    p = encode(tok, PROMPTS)
+    with pytest.raises(ValueError, match="temperature"):
+        sample(model, tok, p, max_new_tokens=4, temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        sample(model, tok, p, max_new_tokens=4, top_p=0.0)
+    with pytest.raises(ValueError, match="empty prompt"):
+        sample(model, tok, [[]], max_new_tokens=4)
+    with pytest.raises(ValueError, match="empty prompt list"):
+        sample(model, tok, [], max_new_tokens=4)
+
+
+# --- token_logprobs ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model64(tok):
+    return build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=4).double()
+
+
+def test_token_logprobs_float64_reference_values_and_entropy(model64, tok):
+    r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=14, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        lp, ent = token_logprobs(model64, r, temperature=0.8, chunk_size=5, with_entropy=True)
+    assert lp.dtype == torch.float64
+    for i, (p, resp) in enumerate(rows(r)):
+        want_lp, want_ent = ref_row_logprobs(model64, p, resp, temperature=0.8)
+        L = len(resp)
+        torch.testing.assert_close(lp[i, :L], want_lp, atol=1e-12, rtol=0)
+        torch.testing.assert_close(ent[i, :L], want_ent, atol=1e-12, rtol=0)
+        assert (lp[i, L:] == 0).all() and (ent[i, L:] == 0).all()
+    lp2, ent2 = token_logprobs(model64, r, temperature=0.8)  # grad enabled path: same values
+    assert ent2 is None
+    torch.testing.assert_close(lp2.detach(), lp, atol=1e-14, rtol=0)
+
+
+def test_token_logprobs_gradients_match_reference(model64, tok):
+    r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=14, generator=torch.Generator().manual_seed(4))
+    w = torch.randn(r.response_mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    model64.zero_grad()
+    lp, ent = token_logprobs(model64, r, chunk_size=7, with_entropy=True)  # several checkpointed chunks
+    ((lp * w).sum() + 0.3 * (ent * w).sum()).backward()
+    got = {k: p.grad.clone() for k, p in model64.named_parameters()}
+
+    model64.zero_grad()
+    ref = 0.0
+    for i, (p, resp) in enumerate(rows(r)):
+        want_lp, want_ent = ref_row_logprobs(model64, p, resp)
+        ref = ref + (want_lp * w[i, : len(resp)]).sum() + 0.3 * (want_ent * w[i, : len(resp)]).sum()
+    ref.backward()
+    for k, p in model64.named_parameters():
+        torch.testing.assert_close(got[k], p.grad, atol=1e-10, rtol=1e-8, msg=k)
+
+
+def test_padding_and_reordering_change_nothing(model, tok):
+    r = sample(model, tok, encode(tok, PROMPTS), n=2, max_new_tokens=12, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, r)
+        even, odd = r.select(list(range(0, len(r), 2))), r.select(torch.arange(1, len(r), 2))
+        lp_even, _ = token_logprobs(model, even.compact())  # narrower padding
+        both = cat_rollouts([odd.compact(), even.compact()], pad_id=tok.pad_token_id, renumber_groups=False)
+        lp_both, _ = token_logprobs(model, both)
+    T = lp_even.shape[1]
+    torch.testing.assert_close(lp_even, lp[0::2, :T], atol=1e-5, rtol=0)
+    assert (lp[0::2, T:] == 0).all()
+    n_odd = len(odd)
+    torch.testing.assert_close(lp_both[n_odd:, :T], lp[0::2, :T], atol=1e-5, rtol=0)
+    torch.testing.assert_close(lp_both[:n_odd], lp[1::2, : lp_both.shape[1]], atol=1e-5, rtol=0)
+    assert both.group.tolist() == odd.group.tolist() + even.group.tolist()
+    assert both.texts == odd.texts + even.texts
+
+
+def test_cat_rollouts_renumbers_groups(tok):
+    a = make_rollout(tok, [[2, 5], [2, 5]], [[6, 1], [7, 1]], group=[0, 0])
+    b = make_rollout(tok, [[2, 5, 6]], [[8, 9, 1]], group=[0])
+    c = cat_rollouts([a, b], pad_id=tok.pad_token_id)
+    assert c.group.tolist() == [0, 0, 1]
+    assert c.prompt_len == 3 and c.response_mask.shape == (3, 3)
+    assert c.input_ids[0].tolist() == [0, 2, 5, 6, 1, 0]
+    assert c.attention_mask[0].tolist() == [0, 1, 1, 1, 1, 0]
