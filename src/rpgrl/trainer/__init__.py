@@ -1,0 +1,1 @@
+"""The trainer: supervised warm start (`sft`), the RL loop (`loop`), reference updates, checkpoints, logging."""
