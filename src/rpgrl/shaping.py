@@ -1,0 +1,75 @@
+"""DAPO's reward shaping and group filter (spec 5.3; section-9 items 23-24), as pure tensor functions.
+
+    overlong_penalty     penalty(L) = min(-(L - (L_max - L_buf)) / L_buf * factor, 0)   added to the score
+    group_filter_keep    keep a prompt group iff its accuracies are not all equal, or it has one response
+
+The accumulation of generation batches until enough groups are kept (and the abort after too many batches)
+is orchestration and lives with the rollout code. Imports torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def overlong_penalty(
+    lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0, *, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment, to be added to each response's score.
+
+    penalty(L) = 0                                     for L <= max_len - buffer
+               = -(L - (max_len - buffer)) / buffer * factor   up to L = max_len (= -factor there)
+    With max_len 2048, buffer 512, factor 1: L = 1000 -> 0, 1536 -> 0, 1792 -> -0.5, 2048 -> -1.
+
+    `lengths`: (B,) valid response tokens (EOS included). Generation is truncated at max_len, so a length above it
+    is a bug upstream and raises. Returns (B,) in `dtype` (default: torch's default float dtype).
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be (B,), got shape {tuple(lengths.shape)}")
+    if not (isinstance(max_len, int) and isinstance(buffer, int)):
+        raise ValueError(f"max_len and buffer must be ints, got {max_len!r} and {buffer!r}")
+    if not 0 < buffer <= max_len:
+        raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
+    if not (math.isfinite(factor) and factor >= 0):
+        raise ValueError(f"factor must be finite and >= 0, got {factor}")
+    if lengths.numel():
+        if not torch.isfinite(lengths).all() or lengths.min() < 0:
+            raise ValueError("lengths must be finite and >= 0")
+        if lengths.max() > max_len:
+            i = int(lengths.argmax())
+            raise ValueError(f"lengths[{i}] = {lengths[i].item()} exceeds max_len {max_len}")
+    over = lengths.to(dtype or torch.get_default_dtype()) - (max_len - buffer)
+    return torch.clamp(-over / buffer * factor, max=0.0)
+
+
+def group_filter_keep(acc: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """DAPO dynamic-sampling filter: True for every response whose prompt group is kept.
+
+    A group is kept iff the standard deviation of its accuracies is > 0 (i.e. not all equal: neither all correct
+    nor all wrong), or it has a single response. Filter on `acc` (0/1 correctness), not on the shaped reward.
+    Exact: compares group min and max, so no rounding can make equal accuracies look different.
+
+    Shapes: acc: (B,) float or bool; group: (B,) integer prompt ids -> (B,) bool. Kept prompts:
+    `group[keep].unique()`.
+    """
+    if acc.dim() != 1 or group.shape != acc.shape:
+        raise ValueError(f"acc and group must both be (B,), got {tuple(acc.shape)} and {tuple(group.shape)}")
+    if group.is_floating_point() or group.is_complex() or group.dtype == torch.bool:
+        raise ValueError(f"group must hold integer prompt ids, got {group.dtype}")
+    acc = acc.to(torch.float64)
+    bad = (~torch.isfinite(acc)).nonzero()
+    if bad.numel():
+        raise ValueError(f"acc[{int(bad[0, 0])}] is not finite")
+    if acc.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool, device=acc.device)
+    _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    k = counts.numel()
+    lo = torch.full((k,), math.inf, dtype=acc.dtype, device=acc.device).scatter_reduce(0, inv, acc, "amin")
+    hi = torch.full((k,), -math.inf, dtype=acc.dtype, device=acc.device).scatter_reduce(0, inv, acc, "amax")
+    return ((hi > lo) | (counts == 1))[inv]
+
+
+__all__ = ["group_filter_keep", "overlong_penalty"]

@@ -1,0 +1,77 @@
+"""DAPO overlong penalty and group filter (spec 5.3; section-9 items 23-24)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from rpgrl.shaping import group_filter_keep, overlong_penalty
+
+
+def test_item23_overlong_penalty_paper_values():
+    # L_max 2048, buffer 512, factor 1
+    out = overlong_penalty(torch.tensor([1000, 1536, 1792, 2048]), 2048, 512)
+    assert out.tolist() == [0.0, 0.0, -0.5, -1.0]
+
+
+@pytest.mark.parametrize("max_len,buffer,factor", [(2048, 512, 1.0), (100, 30, 0.5), (16, 16, 2.0)])
+def test_overlong_penalty_matches_scalar_formula(max_len, buffer, factor):
+    lengths = torch.arange(0, max_len + 1)
+    out = overlong_penalty(lengths, max_len, buffer, factor, dtype=torch.float64)
+    want = [min(-(L - (max_len - buffer)) / buffer * factor, 0.0) for L in range(max_len + 1)]
+    assert torch.allclose(out, torch.tensor(want, dtype=torch.float64), atol=1e-15)
+    assert out[-1].item() == pytest.approx(-factor)  # reaches -factor at the hard limit
+    assert out.dtype == torch.float64 and overlong_penalty(lengths, max_len, buffer).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((torch.tensor([2049]), 2048, 512), r"lengths\[0\] = 2049 exceeds max_len 2048"),
+        ((torch.tensor([3, -1]), 2048, 512), "lengths must be finite and >= 0"),
+        ((torch.tensor([[3]]), 2048, 512), r"lengths must be \(B,\)"),
+        ((torch.tensor([3]), 2048, 0), "need 0 < buffer <= max_len"),
+        ((torch.tensor([3]), 512, 2048), "need 0 < buffer <= max_len"),
+        ((torch.tensor([3]), 2048.0, 512), "must be ints"),
+        ((torch.tensor([3]), 2048, 512, -1.0), "factor must be finite and >= 0"),
+    ],
+)
+def test_overlong_penalty_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        overlong_penalty(*args)
+
+
+def test_group_filter_hand_cases():
+    acc = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    group = torch.tensor([7, 7, 7, 3, 3, 3, 5, 5, 11])
+    # group 7 all correct -> dropped; group 3 mixed -> kept; group 5 all wrong -> dropped; group 11 size 1 -> kept
+    keep = group_filter_keep(acc, group)
+    assert keep.tolist() == [False, False, False, True, True, True, False, False, True]
+    assert group[keep].unique().tolist() == [3, 11]
+    assert group_filter_keep(acc.bool(), group).tolist() == keep.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_group_filter_matches_population_std_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(1, 6, (12,), generator=g).tolist()
+    group = torch.cat([torch.full((s,), i * 3 + 1) for i, s in enumerate(sizes)])
+    group = group[torch.randperm(group.numel(), generator=g)]
+    acc = (torch.rand(group.numel(), generator=g) < 0.7).float()
+    by_group: dict[int, list[float]] = {}
+    for a, gid in zip(acc.tolist(), group.tolist(), strict=True):
+        by_group.setdefault(gid, []).append(a)
+    kept = {gid for gid, v in by_group.items() if len(v) == 1 or statistics.pstdev(v) > 0}
+    assert group_filter_keep(acc, group).tolist() == [gid in kept for gid in group.tolist()]
+
+
+def test_group_filter_bad_input():
+    with pytest.raises(ValueError, match=r"acc\[1\] is not finite"):
+        group_filter_keep(torch.tensor([1.0, float("nan")]), torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="must both be"):
+        group_filter_keep(torch.tensor([1.0, 0.0]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="integer prompt ids"):
+        group_filter_keep(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]))
+    assert group_filter_keep(torch.zeros(0), torch.zeros(0, dtype=torch.long)).shape == (0,)
