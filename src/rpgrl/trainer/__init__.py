@@ -1,1 +1,8 @@
-"""The trainer: supervised warm start (`sft`), the RL loop (`loop`), reference updates, checkpoints, logging."""
+"""The single-machine RL trainer: `train(cfg, out)` in `loop.py`, the `rpgrl train` command in `cli.py`.
+
+loop.py        train(): sample, score, advantages, old log-probs, mini-batch epochs, log, anchor, checkpoint
+reference.py   the KL anchor (behaviour / periodic / adaptive / fixed, spec 6)
+checkpoint.py  atomic save / resume
+log.py         metric reduction, metrics.jsonl, progress bar, plots
+sft.py         the supervised warm start of the embedded default
+"""

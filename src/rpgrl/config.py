@@ -1,0 +1,507 @@
+"""Every tunable of `rpgrl train`, as one tree of frozen dataclasses.
+
+Each field is documented exactly once, by the string literal right under it; `--help` reads those strings from this
+file's source (`field_docs`), the way cleanrl/tyro do. Derived values are properties, never fields filled in later.
+
+`apply_overrides` sets `--section.field value` pairs with type checks, `config_from_dict` rebuilds a saved config,
+and `check` validates ranges and cross-field constraints once, at the end. Every user-fixable problem raises
+`UsageError` with one line naming it. Registry names (loss, advantage, reward) are checked by the trainer, which
+imports those registries; this module imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rpgrl.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str | None = "tiny"
+    """a Hugging Face causal-LM folder, or 'tiny' to build the small Qwen2-style model below locally"""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """parameter dtype (log-probs are always computed in float32)"""
+    hidden_size: int = 128
+    """tiny model only: hidden width"""
+    num_layers: int = 4
+    """tiny model only: transformer blocks"""
+    num_heads: int = 4
+    """tiny model only: attention heads"""
+    num_kv_heads: int = 2
+    """tiny model only: key/value heads (grouped-query attention)"""
+    intermediate_size: int = 384
+    """tiny model only: MLP width"""
+    chat_template: bool = True
+    """render prompts with the tokenizer's chat template when it has one (spec 7.5); the tiny model has none"""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train: str | None = "synthetic"
+    """'synthetic' (the embedded task, generated in code) or a JSONL/parquet file of prompts and answers"""
+    val: str | None = None
+    """held-out JSONL/parquet file for periodic evaluation (synthetic: a generated held-out split)"""
+    prompt_key: str = "prompt"
+    """dataset column holding the question (a string, or a chat message list as in the paper's parquet files)"""
+    answer_key: str = "answer"
+    """dataset column holding the ground-truth answer"""
+    num_train: int = 20000
+    """synthetic only: problems generated for the training split"""
+    num_val: int = 300
+    """synthetic only: held-out problems (greedy accuracy is measured on these)"""
+    max_prompt_length: int = 2048
+    """prompts longer than this many tokens are truncated from the left (as verl does)"""
+    reward: str = "synthetic"
+    """reward function name in the rpgrl.rewards registry ('synthetic', 'math' for +1/-1, 'math01' for 1/0)"""
+    shuffle: bool = True
+    """reshuffle the training prompts every epoch (seeded by train.seed)"""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    prompts_per_step: int = 32
+    """prompts per training step (the paper's train batch: 512)"""
+    group_size: int = 8
+    """G: responses sampled per prompt (the paper: 16)"""
+    max_new_tokens: int = 48
+    """response length limit in tokens (the paper: 2048)"""
+    temperature: float = 1.0
+    """sampling temperature; log-probs are computed from logits divided by it"""
+    top_p: float = 1.0
+    """nucleus sampling threshold (1.0 = off; top-k is always off)"""
+    gen_batch_size: int = 256
+    """sequences per generation call (memory knob only, results do not depend on it)"""
+    group_filter: Literal["off", "drop", "fill"] = "drop"
+    """groups whose G responses are all correct or all wrong carry no signal: 'drop' leaves them out of the
+    update; 'fill' is DAPO's dynamic sampling (keep generating until prompts_per_step mixed groups, spec 5.3)"""
+    gen_prompts: int | None = None
+    """'fill' only: prompts per generation batch (DAPO: 3 x prompts_per_step); None = prompts_per_step"""
+    max_gen_batches: int = 20
+    """'fill' only: give up (error) after this many generation batches without enough mixed groups"""
+    overlong_buffer: int = 0
+    """DAPO overlong penalty buffer in tokens (0 = off): linear penalty from max_new_tokens - buffer to the limit"""
+    overlong_factor: float = 1.0
+    """DAPO overlong penalty at the hard limit (the penalty reaches -factor)"""
+
+    @property
+    def batch_size(self) -> int:
+        """Responses per training step before filtering (prompts_per_step x G)."""
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def prompts_per_gen_batch(self) -> int:
+        return self.gen_prompts if self.gen_prompts is not None else self.prompts_per_step
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    name: str = "rpg"
+    """policy loss family in the LOSSES registry ('rpg', 'grpo', 'dapo', 'ppo', 'reinforce_pp')"""
+    advantage: str = "rpg"
+    """advantage estimator in the ADVANTAGES registry ('rpg' = group mean, 'grpo' = mean/std, ...)"""
+    divergence: Literal["fkl", "rkl", "ufkl", "urkl"] = "urkl"
+    """rpg only: the KL regulariser (spec 2.2)"""
+    style: Literal["differentiable", "reinforce"] = "reinforce"
+    """rpg only: fully differentiable surrogate or REINFORCE-style (stop-gradient weight times log-prob)"""
+    level: Literal["token", "sequence"] = "token"
+    """rpg only: per-token ratios as the released code, or whole-response ratios as the paper's theory"""
+    agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    """how per-token losses are reduced (verl's loss_agg_mode); the global count is the normalizer"""
+    beta: float = 1e-4
+    """KL coefficient (GRPO as released: 1e-3)"""
+    clip: str | None = "dual"
+    """rpg: 'dual' (RPG-Style Clip), 'truncate' (truncated importance weights) or none; ppo-family losses always
+    clip the ratio to [1-eps_low, 1+eps_high] and add the dual clip c only with 'dual'"""
+    clip_branch: Literal["effective", "raw"] = "effective"
+    """rpg reinforce dual clip: branch on sign(A') as Algorithm 2 ('effective') or on sign(A) as the code ('raw')"""
+    kl_in_clip: bool = True
+    """rpg differentiable + dual clip: KL inside the clipped advantage (paper, Alg. 1), or false for a separate
+    unclipped KL loss added to a PPO-clipped reward term (the released scripts, spec 4.3 iv)"""
+    analogue: Literal["exact", "paper"] = "exact"
+    """rpg differentiable + dual clip: the advantage analogue A_hat; 'exact' matches the unclipped surrogate per
+    sample, 'paper' is Sec. 3.3's A - beta log w (urkl) / A - beta (log w + 1) (rkl) / A (fkl, ufkl)"""
+    kl: Literal["k1", "k3", "k3_corrected"] | None = None
+    """ppo-family losses (ppo, grpo, reinforce_pp): the per-token KL term against the anchor (ref.mode), or none"""
+    kl_clamp: float | None = None
+    """clamp the separate per-token KL term's value to [-kl_clamp, kl_clamp] (verl: 10 for low_var_kl and the
+    released rpg KL losses; zero gradient outside); counted in a metric. None = no clamp"""
+    eps_low: float = 0.2
+    """clip range low side: ratios below 1 - eps_low are clipped"""
+    eps_high: float = 0.28
+    """clip range high side: ratios above 1 + eps_high are clipped"""
+    c: float = 10.0
+    """dual-clip constant (> 1) for negative advantages"""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    name: Literal["adamw", "schedulefree"] = "adamw"
+    """AdamW, or schedule-free AdamW (package schedulefree); see trainer/loop.py for its train/eval modes"""
+    lr: float = 1e-4
+    """peak learning rate (the main knob on the tiny default: 3e-4 collapses; the paper: 1e-6)"""
+    weight_decay: float = 0.0
+    """decoupled weight decay (the paper: 0.1)"""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas, as 'b1,b2'"""
+    eps: float = 1e-8
+    """Adam epsilon"""
+    warmup_steps: int = 10
+    """linear warm-up counted in training steps as verl does: step k (1-based) uses lr x min(1, (k-1)/warmup)"""
+    grad_clip: float = 1.0
+    """max global gradient norm per optimizer step (0 = off); a non-finite norm skips the step"""
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    mode: Literal["behaviour", "periodic", "adaptive", "fixed"] = "behaviour"
+    """KL anchor (spec 6): 'behaviour' = the sampler of each batch (as released, no weight copy); 'periodic' =
+    refreshed every `period` steps; 'adaptive' = refreshed when the KL moving average passes `kappa`; 'fixed' =
+    the initial model (GRPO)"""
+    period: int = 10
+    """'periodic': training steps between anchor refreshes"""
+    kappa: float = 0.01
+    """'adaptive': refresh when the EMA of the token-mean k3 KL(pi_theta || anchor) exceeds this"""
+    ema: float = 0.1
+    """'adaptive': weight of the newest step in that moving average"""
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    max_steps: int = 300
+    """supervised warm-start steps before RL (0 = none; only for the synthetic task, which has solutions)"""
+    batch_size: int = 64
+    """sequences per warm-start step"""
+    lr: float = 2e-3
+    """warm-start peak learning rate (cosine-decayed over max_steps)"""
+    eval_every: int = 25
+    """check held-out greedy accuracy every this many warm-start steps"""
+    target_accuracy: float = 0.2
+    """stop the warm start once held-out greedy accuracy reaches this (leave room for RL)"""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 0
+    """evaluate every this many training steps (0 = only before and after RL)"""
+    samples: int = 1
+    """samples per problem for mean@k / pass@k on math evaluation files (greedy accuracy is always reported)"""
+    max_problems: int | None = None
+    """evaluate on at most this many held-out problems (None = all)"""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    max_steps: int = 160
+    """total RL training steps (one step = one rollout batch); --resume continues up to this total"""
+    seed: int = 0
+    """seeds python, numpy, torch, the data order and the sampler"""
+    epochs: int = 1
+    """passes over each rollout batch"""
+    mini_batch_prompts: int | None = None
+    """prompts per optimizer step (None = the whole batch, one optimizer step per epoch; the paper: 32)"""
+    micro_batch_size: int = 128
+    """sequences per forward/backward pass (memory knob; gradients are accumulated with the global normalizer)"""
+    logprob_chunk: int = 64
+    """sequences per log-prob forward pass without gradient (memory knob)"""
+    checkpoint_every: int = 50
+    """write a checkpoint every this many steps (and at the end)"""
+    keep_checkpoints: int = 2
+    """how many recent checkpoints to keep"""
+    collapse_patience: int = 15
+    """stop with a warning when no sampled response is correct for this many consecutive steps (0 = off)"""
+    threads: int = 2
+    """torch CPU threads"""
+    progress: bool = True
+    """show a progress bar"""
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def synthetic(self) -> bool:
+        return self.data.train == "synthetic"
+
+    @property
+    def mini_batches_per_epoch(self) -> int:
+        mb = self.train.mini_batch_prompts
+        return 1 if mb is None else self.rollout.prompts_per_step // mb
+
+
+SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Field documentation: the string literal under each field, read from this file's source.
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Map field name -> the docstring written right under it in `cls`'s source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "{" + ",".join(str(a) for a in args) + "}"
+    if origin in (typing.Union, types.UnionType):
+        return "|".join(type_name(a) for a in args)
+    if origin is tuple:
+        return ",".join(type_name(a) for a in args)
+    if tp is type(None):
+        return "none"
+    return getattr(tp, "__name__", str(tp))
+
+
+def help_text(cfg: Config) -> str:
+    """One line per field: `--section.field TYPE (default: X)  doc`."""
+    lines = []
+    for sec in SECTIONS:
+        sub = getattr(cfg, sec)
+        cls = type(sub)
+        docs, hints = field_docs(cls), _hints(cls)
+        lines.append(f"{sec}:")
+        for f in dataclasses.fields(cls):
+            key = f"--{sec}.{f.name} {type_name(hints[f.name])}"
+            lines.append(f"  {key:<44} (default: {_show(getattr(sub, f.name))})  {docs.get(f.name, '')}")
+    return "\n".join(lines)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parsing: strings (command line) and JSON values (saved configs) -> typed values.
+
+_TRUE, _FALSE, _NONE = ("true", "1", "yes", "on"), ("false", "0", "no", "off"), ("none", "null")
+
+
+def parse_value(key: str, text: str, tp: Any) -> Any:
+    """Parse the command-line string `text` as type `tp` for `key`; UsageError on mismatch."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and text.strip().lower() in _NONE:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        errors = []
+        for a in rest:
+            try:
+                return parse_value(key, text, a)
+            except UsageError as e:
+                errors.append(str(e))
+        raise UsageError(f"--{key}: expected {type_name(tp)}, got {text!r}")
+    if origin is Literal:
+        if text in args:
+            return text
+        raise UsageError(f"--{key}: expected one of {', '.join(map(str, args))}; got {text!r}")
+    if origin is tuple:
+        parts = [p for p in text.split(",")]
+        if len(parts) != len(args):
+            raise UsageError(f"--{key}: expected {len(args)} comma-separated values, got {text!r}")
+        return tuple(parse_value(key, p.strip(), a) for p, a in zip(parts, args, strict=True))
+    if tp is bool:
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise UsageError(f"--{key}: expected true or false, got {text!r}")
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise UsageError(f"--{key}: expected an integer, got {text!r}") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise UsageError(f"--{key}: expected a number, got {text!r}") from None
+    if tp is str:
+        return text
+    raise TypeError(f"unsupported config type {tp!r} for {key}")
+
+
+def check_value(key: str, value: Any, tp: Any) -> Any:
+    """Type-check a JSON value (from a saved config) against `tp`; returns it converted (lists -> tuples)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return check_value(key, value, a)
+            except UsageError:
+                pass
+        raise UsageError(f"{key}: expected {type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise UsageError(f"{key}: expected one of {', '.join(map(str, args))}; got {value!r}")
+    if origin is tuple:
+        if isinstance(value, (list, tuple)) and len(value) == len(args):
+            return tuple(check_value(key, v, a) for v, a in zip(value, args, strict=True))
+        raise UsageError(f"{key}: expected {len(args)} values, got {value!r}")
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(tp)
+    if ok is None:
+        raise TypeError(f"unsupported config type {tp!r} for {key}")
+    if not ok:
+        raise UsageError(f"{key}: expected {type_name(tp)}, got {value!r}")
+    return float(value) if tp is float else value
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    sec, dot, name = key.partition(".")
+    if not dot or sec not in SECTIONS:
+        raise UsageError(
+            f"unknown config key --{key}; keys look like --section.field with section one of {', '.join(SECTIONS)}"
+        )
+    return sec, name
+
+
+def apply_overrides(cfg: Config, overrides: list[tuple[str, str]]) -> Config:
+    """Apply `[("loss.beta", "0.05"), ...]` (command-line strings) to `cfg`. Unknown keys and bad values raise
+    UsageError naming the key. Dashes in field names are accepted for underscores (`--train.max-steps`)."""
+    for key, text in overrides:
+        sec, name = _split_key(key)
+        name = name.replace("-", "_")
+        sub = getattr(cfg, sec)
+        hints = _hints(type(sub))
+        if name not in hints:
+            valid = ", ".join(f.name for f in dataclasses.fields(sub))
+            raise UsageError(f"unknown config key --{key}; fields of {sec}: {valid}")
+        value = parse_value(f"{sec}.{name}", text, hints[name])
+        cfg = dataclasses.replace(cfg, **{sec: dataclasses.replace(sub, **{name: value})})
+    return cfg
+
+
+def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Plain nested dict (JSON-ready: tuples become lists)."""
+    return {
+        sec: {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(getattr(cfg, sec)).items()}
+        for sec in SECTIONS
+    }
+
+
+def config_from_dict(d: dict[str, Any], base: Config | None = None) -> Config:
+    """Rebuild a Config from `config_to_dict` output, type-checked; missing fields keep `base`'s values."""
+    cfg = base or Config()
+    if not isinstance(d, dict):
+        raise UsageError("config must be a mapping of sections")
+    for sec, values in d.items():
+        if sec not in SECTIONS:
+            raise UsageError(f"unknown config section {sec!r}; valid: {', '.join(SECTIONS)}")
+        sub = getattr(cfg, sec)
+        hints = _hints(type(sub))
+        if not isinstance(values, dict):
+            raise UsageError(f"config section {sec!r} must be a mapping")
+        for name in values:
+            if name not in hints:
+                raise UsageError(f"unknown config key {sec}.{name}")
+        new = {name: check_value(f"{sec}.{name}", v, hints[name]) for name, v in values.items()}
+        cfg = dataclasses.replace(cfg, **{sec: dataclasses.replace(sub, **new)})
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation: ranges and cross-field constraints, checked once on the final config.
+
+
+def check(cfg: Config) -> Config:
+    """Raise UsageError (one line, naming the key) for values no run can use. Returns `cfg` unchanged."""
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise UsageError(f"{key} {what}")
+
+    m, d, r, lo, o, rf, s, e, t = (cfg.model, cfg.data, cfg.rollout, cfg.loss, cfg.optim, cfg.ref, cfg.sft,
+                                   cfg.eval, cfg.train)  # fmt: skip
+    need(m.path is not None, "model.path", "is not set: pass --model.path DIR (a Hugging Face causal-LM folder)")
+    need(d.train is not None, "data.train", "is not set: pass --data.train FILE (JSONL or parquet with prompts "
+         f"and answers in columns {d.prompt_key!r}/{d.answer_key!r})")  # fmt: skip
+    for key, v in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
+                   ("model.num_heads", m.num_heads), ("model.num_kv_heads", m.num_kv_heads),
+                   ("model.intermediate_size", m.intermediate_size), ("data.num_train", d.num_train),
+                   ("data.num_val", d.num_val), ("data.max_prompt_length", d.max_prompt_length),
+                   ("rollout.prompts_per_step", r.prompts_per_step), ("rollout.group_size", r.group_size),
+                   ("rollout.max_new_tokens", r.max_new_tokens), ("rollout.gen_batch_size", r.gen_batch_size),
+                   ("rollout.max_gen_batches", r.max_gen_batches), ("ref.period", rf.period),
+                   ("sft.batch_size", s.batch_size), ("sft.eval_every", s.eval_every), ("eval.samples", e.samples),
+                   ("train.epochs", t.epochs), ("train.micro_batch_size", t.micro_batch_size),
+                   ("train.logprob_chunk", t.logprob_chunk), ("train.checkpoint_every", t.checkpoint_every),
+                   ("train.keep_checkpoints", t.keep_checkpoints), ("train.threads", t.threads)]:  # fmt: skip
+        need(v >= 1, key, f"must be >= 1, got {v}")
+    for key, v in [("train.max_steps", t.max_steps), ("sft.max_steps", s.max_steps), ("eval.every", e.every),
+                   ("rollout.overlong_buffer", r.overlong_buffer), ("train.collapse_patience", t.collapse_patience),
+                   ("optim.warmup_steps", o.warmup_steps)]:  # fmt: skip
+        need(v >= 0, key, f"must be >= 0, got {v}")
+    need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
+    need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
+    need(r.temperature > 0, "rollout.temperature", f"must be > 0, got {r.temperature}")
+    need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
+    need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")
+    need(r.overlong_factor >= 0, "rollout.overlong_factor", "must be >= 0")
+    need(r.gen_prompts is None or r.gen_prompts >= 1, "rollout.gen_prompts", "must be >= 1")
+    need(lo.beta >= 0, "loss.beta", f"must be >= 0, got {lo.beta}")
+    need(lo.clip in (None, "dual", "truncate"), "loss.clip", f"must be dual, truncate or none, got {lo.clip!r}")
+    need(0 <= lo.eps_low < 1, "loss.eps_low", f"must be in [0, 1), got {lo.eps_low}")
+    need(lo.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {lo.eps_high}")
+    need(lo.c > 1, "loss.c", f"must be > 1, got {lo.c}")
+    need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
+    need(o.lr >= 0, "optim.lr", f"must be >= 0, got {o.lr}")
+    need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+    need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")
+    need(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 = off)")
+    need(rf.kappa > 0, "ref.kappa", "must be > 0")
+    need(0 < rf.ema <= 1, "ref.ema", "must be in (0, 1]")
+    need(s.lr >= 0, "sft.lr", "must be >= 0")
+    need(0 <= s.target_accuracy <= 1, "sft.target_accuracy", "must be in [0, 1]")
+    need(e.max_problems is None or e.max_problems >= 1, "eval.max_problems", "must be >= 1")
+    mb = t.mini_batch_prompts
+    need(mb is None or (mb >= 1 and r.prompts_per_step % mb == 0), "train.mini_batch_prompts",
+         f"must divide rollout.prompts_per_step ({r.prompts_per_step}), got {mb}")  # fmt: skip
+    return cfg

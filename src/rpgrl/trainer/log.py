@@ -1,0 +1,186 @@
+"""Logging for the trainer: printing, metric reduction, `metrics.jsonl`, the progress bar and the final plot.
+
+Metrics are one flat dict with slash-separated names (`reward/mean`, `kl/...`, `clip/...`, `perf/...`), kept as
+detached 0-dim tensors until an optimizer step ends; `reduce_micro` then combines the micro-batches and
+`to_floats` converts everything with one host sync. `metrics.jsonl` holds one JSON object per training step;
+`truncate_metrics` cuts it back to a checkpoint's step on resume so every step appears exactly once.
+Single process: `print0` prints (kept so multi-process code has one call site).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from rpgrl.trainer.checkpoint import write_text_atomic
+
+
+def print0(*args, **kwargs) -> None:
+    """Print on the main process (the only process here). Goes through tqdm so it does not break the bar."""
+    try:
+        from tqdm.auto import tqdm
+
+        tqdm.write(" ".join(str(a) for a in args), file=kwargs.get("file", sys.stdout))
+    except ImportError:  # pragma: no cover
+        print(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reduction
+
+
+def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    """Combine per-micro-batch metrics into one optimizer step's values.
+
+    `loss/*` metrics are computed with the global normalizer, so they add up across micro-batches (summed).
+    Everything else is a local mean (clip fractions, KL estimates): averaged with `weights` (e.g. token counts).
+    A key missing from some micro-batches is averaged over those that have it.
+    """
+    out: dict[str, torch.Tensor] = {}
+    keys = {k for p in parts for k in p}
+    for k in sorted(keys):
+        vals = [(p[k].detach().float(), w) for p, w in zip(parts, weights, strict=True) if k in p]
+        if k.startswith("loss/"):
+            out[k] = torch.stack([v for v, _ in vals]).sum()
+        else:
+            total = sum(w for _, w in vals)
+            out[k] = sum(v * (w / total) for v, w in vals) if total > 0 else torch.stack([v for v, _ in vals]).mean()
+    return out
+
+
+def mean_over_steps(steps: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Average each metric over the optimizer steps of one training step (keys present in any step)."""
+    keys = {k for s in steps for k in s}
+    return {k: torch.stack([s[k].float() for s in steps if k in s]).mean() for k in sorted(keys)}
+
+
+def to_floats(metrics: dict[str, torch.Tensor | float | int]) -> dict[str, float]:
+    """Tensors -> Python floats with a single host sync."""
+    tkeys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
+    out = {k: float(v) for k, v in metrics.items() if not isinstance(v, torch.Tensor)}
+    if tkeys:
+        values = torch.stack([metrics[k].detach().float().reshape(()) for k in tkeys]).tolist()
+        out.update(zip(tkeys, values, strict=True))
+    return out
+
+
+def non_finite(metrics: dict[str, float]) -> list[str]:
+    return [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# metrics.jsonl
+
+
+class MetricsFile:
+    """Append-only `metrics.jsonl`: one JSON object per training step, flushed line by line."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._f = open(self.path, "a")
+
+    def write(self, row: dict) -> None:
+        self._f.write(json.dumps(row, allow_nan=True) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The complete rows of a metrics file (a torn last line from a kill is skipped)."""
+    rows = []
+    path = Path(path)
+    if not path.is_file():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep only rows with `row["step"] <= step` (atomically), so a resumed run rewrites later steps once."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    rows = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    write_text_atomic(path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Progress bar and plot
+
+
+class Progress:
+    """A tqdm bar over training steps showing reward and tokens/s; a no-op when disabled or tqdm is missing."""
+
+    def __init__(self, total: int, initial: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc="rl", unit="step", dynamic_ncols=True)
+
+    def update(self, row: dict) -> None:
+        if self.bar is None:
+            return
+        self.bar.set_postfix(
+            reward=f"{row.get('reward/mean', float('nan')):.3f}",
+            tok_s=f"{row.get('perf/tokens_per_s', float('nan')):.0f}",
+            refresh=False,
+        )
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+PLOT_KEYS = (
+    ("reward/mean", "reward/correct"),
+    ("eval/accuracy",),
+    ("response/length_mean",),
+    ("kl/ppo_kl", "kl/anchor_k3"),
+    ("clip/frac_low", "clip/frac_high", "clip/frac_dual"),
+    ("entropy/mean",),
+)
+
+
+def plot_metrics(rows: Iterable[dict], out_png: Path) -> Path | None:
+    """Save a grid of the main curves (matplotlib, Agg backend). Returns the path, or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        return None
+    rows = list(rows)
+    panels = [keys for keys in PLOT_KEYS if any(k in r for r in rows for k in keys)]
+    if not rows or not panels:
+        return None
+    ncols = 3
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows), squeeze=False)
+    for ax, keys in zip(axes.flat, panels, strict=False):
+        for k in keys:
+            pts = [(r["step"], r[k]) for r in rows if k in r and r[k] is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), label=k, marker="." if k.startswith("eval/") else None)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)

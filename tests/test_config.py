@@ -1,0 +1,132 @@
+"""Config tree: overrides are type-checked, every field is documented once, saved configs round-trip."""
+
+import dataclasses
+import json
+
+import pytest
+
+from rpgrl.config import (
+    SECTIONS,
+    Config,
+    apply_overrides,
+    check,
+    config_from_dict,
+    config_to_dict,
+    field_docs,
+    help_text,
+)
+from rpgrl.errors import UsageError
+
+
+def test_every_field_documented_once_and_in_help():
+    cfg = Config()
+    text = help_text(cfg)
+    for sec in SECTIONS:
+        cls = type(getattr(cfg, sec))
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert docs.get(f.name), f"{sec}.{f.name} has no docstring"
+            assert f"--{sec}.{f.name} " in text
+            assert docs[f.name] in text
+
+
+@pytest.mark.parametrize(
+    "key, text, expected",
+    [
+        ("loss.beta", "0.05", 0.05),  # float
+        ("loss.beta", "1e-3", 1e-3),
+        ("rollout.group_size", "4", 4),  # int
+        ("train.progress", "false", False),  # bool
+        ("train.progress", "1", True),
+        ("rollout.gen_prompts", "none", None),  # optional -> None
+        ("rollout.gen_prompts", "96", 96),  # optional -> int
+        ("loss.clip", "None", None),
+        ("loss.clip", "truncate", "truncate"),
+        ("loss.divergence", "fkl", "fkl"),  # literal
+        ("optim.betas", "0.8, 0.95", (0.8, 0.95)),  # tuple
+        ("model.path", "/some/folder", "/some/folder"),  # str
+        ("train.max-steps", "7", 7),  # dashes accepted for underscores
+    ],
+)
+def test_overrides_parse_by_type(key, text, expected):
+    cfg = apply_overrides(Config(), [(key, text)])
+    sec, name = key.split(".")
+    assert getattr(getattr(cfg, sec), name.replace("-", "_")) == expected
+
+
+@pytest.mark.parametrize(
+    "key, text, needle",
+    [
+        ("loss.bta", "0.1", "unknown config key --loss.bta"),  # unknown field, lists valid ones
+        ("los.beta", "0.1", "unknown config key --los.beta"),  # unknown section
+        ("beta", "0.1", "unknown config key --beta"),  # no section
+        ("rollout.group_size", "4.5", "--rollout.group_size: expected an integer"),
+        ("loss.beta", "big", "--loss.beta: expected a number"),
+        ("train.progress", "maybe", "--train.progress: expected true or false"),
+        ("loss.divergence", "kl", "--loss.divergence: expected one of fkl, rkl, ufkl, urkl"),
+        ("optim.betas", "0.9", "--optim.betas: expected 2 comma-separated values"),
+        ("rollout.gen_prompts", "many", "--rollout.gen_prompts"),
+    ],
+)
+def test_bad_overrides_raise_one_line(key, text, needle):
+    with pytest.raises(UsageError) as e:
+        apply_overrides(Config(), [(key, text)])
+    assert needle in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_field_error_lists_fields():
+    with pytest.raises(UsageError, match="fields of loss: name, advantage, divergence"):
+        apply_overrides(Config(), [("loss.nope", "1")])
+
+
+def test_json_round_trip_and_type_checks():
+    cfg = apply_overrides(Config(), [("optim.betas", "0.5,0.6"), ("rollout.gen_prompts", "3"), ("loss.clip", "none")])
+    d = json.loads(json.dumps(config_to_dict(cfg)))
+    assert config_from_dict(d) == cfg
+    assert config_from_dict({}) == Config()
+    bad = [
+        ({"train": {"max_steps": True}}, "train.max_steps: expected int"),  # bool is not an int
+        ({"train": {"max_steps": 1.5}}, "train.max_steps: expected int"),
+        ({"loss": {"beta": "0.1"}}, "loss.beta: expected float"),
+        ({"loss": {"style": "other"}}, "loss.style: expected one of"),
+        ({"optim": {"betas": [0.9]}}, "optim.betas: expected 2 values"),
+        ({"nope": {}}, "unknown config section 'nope'"),
+        ({"loss": {"nope": 1}}, "unknown config key loss.nope"),
+    ]
+    for d, needle in bad:
+        with pytest.raises(UsageError, match=needle.replace("(", r"\(")):
+            config_from_dict(d)
+    assert config_from_dict({"loss": {"beta": 1}}).loss.beta == 1.0  # int accepted where a float is expected
+
+
+def test_derived_values_are_properties():
+    cfg = apply_overrides(Config(), [("rollout.prompts_per_step", "12"), ("rollout.group_size", "3")])
+    assert cfg.rollout.batch_size == 36
+    assert cfg.rollout.prompts_per_gen_batch == 12
+    cfg = apply_overrides(cfg, [("train.mini_batch_prompts", "4")])
+    assert cfg.mini_batches_per_epoch == 3
+    assert "batch_size" not in {f.name for f in dataclasses.fields(cfg.rollout)}
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        ([("loss.c", "1.0")], "loss.c must be > 1"),
+        ([("train.mini_batch_prompts", "5")], "train.mini_batch_prompts must divide rollout.prompts_per_step"),
+        ([("rollout.group_size", "0")], "rollout.group_size must be >= 1"),
+        ([("rollout.top_p", "0")], "rollout.top_p must be in (0, 1]"),
+        ([("model.path", "none")], "model.path is not set"),
+        ([("data.train", "none")], "data.train is not set"),
+        ([("loss.clip", "hard")], "loss.clip must be dual, truncate or none"),
+        ([("model.num_heads", "3")], "model.hidden_size must be divisible by model.num_heads"),
+    ],
+)
+def test_check_rejects_unusable_values(overrides, needle):
+    with pytest.raises(UsageError) as e:
+        check(apply_overrides(Config(), overrides))
+    assert needle in str(e.value)
+
+
+def test_default_passes_check():
+    assert check(Config()) == Config()

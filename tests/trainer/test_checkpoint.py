@@ -1,0 +1,82 @@
+"""Checkpoints are atomic: a crash at any point of a write leaves the previous checkpoint loadable."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from rpgrl.trainer import checkpoint as ck
+
+
+def _state(step):
+    return {"step": step, "w": torch.full((3,), float(step))}
+
+
+def test_save_load_latest_and_prune(tmp_path):
+    for step in (1, 2, 3):
+        ck.save_checkpoint(tmp_path, step, _state(step), keep=2)
+    latest = ck.latest_checkpoint(tmp_path)
+    assert latest.name == "step-000003"
+    assert ck.load_checkpoint(latest)["step"] == 3
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000002", "step-000003"]
+    assert (tmp_path / "latest").read_text() == "step-000003"
+    assert ck.latest_checkpoint(tmp_path / "missing") is None
+
+
+def test_crash_while_writing_state_keeps_previous(tmp_path, monkeypatch):
+    ck.save_checkpoint(tmp_path, 1, _state(1))
+    real_save = torch.save
+
+    def torn_save(obj, path, *a, **k):  # write half a file, then die (as a kill mid-write would)
+        real_save(obj, path, *a, **k)
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(ck.torch, "save", torn_save)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(tmp_path, 2, _state(2))
+    monkeypatch.setattr(ck.torch, "save", real_save)
+    assert (tmp_path / ".tmp-step-000002").exists()  # the torn write is there ...
+    latest = ck.latest_checkpoint(tmp_path)  # ... but never loaded
+    assert latest.name == "step-000001" and ck.load_checkpoint(latest)["step"] == 1
+    ck.save_checkpoint(tmp_path, 2, _state(2))  # the next save cleans up
+    assert not list(tmp_path.glob(".tmp-*"))
+    assert ck.load_checkpoint(ck.latest_checkpoint(tmp_path))["step"] == 2
+
+
+def test_crash_before_pointer_update_and_broken_pointer(tmp_path, monkeypatch):
+    ck.save_checkpoint(tmp_path, 1, _state(1))
+
+    def die(*a, **k):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(ck, "write_text_atomic", die)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(tmp_path, 2, _state(2))
+    monkeypatch.undo()
+    # step 2 is complete on disk, the pointer still names step 1: either is a whole checkpoint; the pointer wins
+    assert ck.latest_checkpoint(tmp_path).name == "step-000001"
+    (tmp_path / "latest").write_text("step-000099")  # pointer to nothing: fall back to the newest complete one
+    assert ck.latest_checkpoint(tmp_path).name == "step-000002"
+    (tmp_path / "step-000002" / "meta.json").unlink()  # incomplete directories are never chosen
+    assert ck.latest_checkpoint(tmp_path).name == "step-000001"
+
+
+def test_write_text_atomic(tmp_path):
+    p = tmp_path / "f.txt"
+    ck.write_text_atomic(p, "a")
+    ck.write_text_atomic(p, "b")
+    assert p.read_text() == "b" and [x.name for x in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_rng_round_trip():
+    gen = torch.Generator().manual_seed(5)
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    state = ck.rng_state(gen)
+    first = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, generator=gen))
+    ck.set_rng_state(state, gen)
+    again = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, generator=gen))
+    assert first[0] == again[0] and first[1] == again[1]
+    assert torch.equal(first[2], again[2]) and torch.equal(first[3], again[3])

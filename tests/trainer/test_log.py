@@ -1,0 +1,39 @@
+"""Metric reduction, metrics.jsonl truncation on resume, and the final plot."""
+
+import json
+
+import pytest
+import torch
+
+from rpgrl.trainer.log import mean_over_steps, plot_metrics, read_metrics, reduce_micro, to_floats, truncate_metrics
+
+
+def test_reduce_micro_sums_losses_and_weights_means():
+    parts = [
+        {"loss/policy": torch.tensor(0.25), "clip/frac_high": torch.tensor(0.5)},
+        {"loss/policy": torch.tensor(-0.75), "clip/frac_high": torch.tensor(0.0), "kl/x": torch.tensor(2.0)},
+    ]
+    out = to_floats(reduce_micro(parts, weights=[30.0, 10.0]))
+    assert out["loss/policy"] == pytest.approx(-0.5)  # global-normalizer losses add up
+    assert out["clip/frac_high"] == pytest.approx(0.5 * 30 / 40)  # token-weighted mean
+    assert out["kl/x"] == pytest.approx(2.0)  # present in one micro-batch only
+    steps = [{"a": torch.tensor(1.0)}, {"a": torch.tensor(3.0), "b": torch.tensor(5.0)}]
+    assert to_floats(mean_over_steps(steps)) == {"a": 2.0, "b": 5.0}
+
+
+def test_truncate_metrics_keeps_each_step_once(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "reward/mean": s / 10} for s in range(1, 6)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 6, "rew')  # torn last line from a kill
+    assert [r["step"] for r in read_metrics(p)] == [1, 2, 3, 4, 5]
+    truncate_metrics(p, 3)
+    assert read_metrics(p) == rows[:3]
+    assert p.read_text().endswith("\n")
+
+
+def test_plot_writes_png(tmp_path):
+    rows = [{"step": s, "reward/mean": s * 0.1, "response/length_mean": 10 + s, "clip/frac_low": 0.0} for s in (1, 2)]
+    rows[-1]["eval/accuracy"] = 0.5
+    out = plot_metrics(rows, tmp_path / "curves.png")
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_metrics([], tmp_path / "none.png") is None
