@@ -306,10 +306,11 @@ def _check_tensors(
     if empty.numel():
         raise ValueError(f"mask row {empty[0, 0].item()} is all zero (a response with no tokens)")
     named = {"logp": logp, **named, "advantages": advantages}
-    for name, x in named.items():
-        bad = ~torch.isfinite(x) & (m if x.dim() == 2 else m.any(dim=1))
-        if bad.any():
-            raise ValueError(f"{name} is not finite at masked-in position {tuple(bad.nonzero()[0].tolist())}")
+    bad = {name: ~torch.isfinite(x.detach()) & (m if x.dim() == 2 else True) for name, x in named.items()}
+    if torch.stack([b.any() for b in bad.values()]).any():  # one host sync; name the culprit only on failure
+        name, b = next((name, b) for name, b in bad.items() if b.any())
+        idx = tuple(b.nonzero()[0].tolist())
+        raise ValueError(f"{name} is not finite ({named[name][idx].item()}) at masked-in position {idx}")
 
 
 __all__ = ["KL_KINDS", "KLKind", "dapo_loss", "grpo_loss", "ppo_loss", "reinforce_pp_loss"]
