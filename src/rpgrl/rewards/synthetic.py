@@ -1,0 +1,106 @@
+"""The embedded default task: 3-digit addition, worked digit by digit, ending in `Answer: X`.
+
+    prompt   "Q:993+681\\n"
+    solution "3+1+0=4\\n9+8+0=17\\n9+6+1=16\\nAnswer: 1674"
+
+One line per digit, ones first: `a_i+b_i+carry_in=sum`; the answer is read off the last line and the ones digits of
+the earlier ones. Why this task (docs/cpu-default-notes.md, design A): the answer needs several reasoning tokens,
+so a 0.8M-parameter model learns it smoothly under supervision, and stopping the warm start at ~20% held-out greedy
+accuracy leaves a large greedy-vs-sampled gap that RL with a 0/1 reward closes in a few minutes on 2 CPU cores.
+
+Splits: every pair (a, b) of 3-digit numbers belongs to exactly one split, by a fixed hash of "a+b" (train 80%,
+val 10%, test 10%), so held-out problems are never trained on whatever the seeds. The reward is the same
+"Answer:" check as the math benchmarks (`rpgrl.rewards.math`, strict mode) with a 1/0 value.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Literal
+
+from rpgrl.rewards import Reward, register_reward
+from rpgrl.rewards.math import has_answer_line, math_score
+
+Split = Literal["train", "val", "test"]
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+
+# Every character the task writes: the alphabet for `rpgrl.models.build_char_tokenizer(CHARS)`.
+CHARS = "0123456789+=:\nQAnswer "
+
+_LOW, _HIGH = 100, 999  # operands are 3-digit numbers
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task instance: `prompt` is what the model sees, `solution` the supervised target (without EOS),
+    `answer` the ground truth compared against the response's last `Answer:` line."""
+
+    prompt: str
+    answer: str
+    solution: str
+
+
+def split_of(a: int, b: int) -> Split:
+    """The split a pair belongs to: crc32("a+b") mod 10 == 0 -> test, == 1 -> val, else train."""
+    h = zlib.crc32(f"{a}+{b}".encode()) % 10
+    return "test" if h == 0 else "val" if h == 1 else "train"
+
+
+def make_problem(a: int, b: int) -> Problem:
+    """The problem `a+b` with its digit-by-digit solution.
+
+    >>> make_problem(993, 681).solution
+    '3+1+0=4\\n9+8+0=17\\n9+6+1=16\\nAnswer: 1674'
+    """
+    lines, carry = [], 0
+    da, db = str(a)[::-1], str(b)[::-1]
+    for i in range(max(len(da), len(db))):
+        x, y = int(da[i]) if i < len(da) else 0, int(db[i]) if i < len(db) else 0
+        s = x + y + carry
+        lines.append(f"{x}+{y}+{carry}={s}")
+        carry = s // 10
+    answer = str(a + b)
+    return Problem(prompt=f"Q:{a}+{b}\n", answer=answer, solution="\n".join(lines) + f"\nAnswer: {answer}")
+
+
+def make_problems(n: int, seed: int, split: Split) -> list[Problem]:
+    """`n` distinct problems of `split`, drawn uniformly from its pairs; the same (n, seed, split) gives the same list.
+
+    >>> [p.prompt for p in make_problems(2, seed=0, split="test")] == [p.prompt for p in make_problems(2, 0, "test")]
+    True
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    pool = 81_000 if split != "train" else 648_000  # about 10% / 80% of 900 x 900 pairs
+    if not 0 <= n <= pool // 2:
+        raise ValueError(f"make_problems: n must be in [0, {pool // 2}] for split {split!r}, got {n}")
+    rng = random.Random(f"rpgrl-synthetic:{split}:{seed}")
+    seen: set[tuple[int, int]] = set()
+    out = []
+    while len(out) < n:
+        a, b = rng.randint(_LOW, _HIGH), rng.randint(_LOW, _HIGH)
+        if (a, b) in seen or split_of(a, b) != split:
+            continue
+        seen.add((a, b))
+        out.append(make_problem(a, b))
+    return out
+
+
+@register_reward("synthetic")
+def synthetic_reward(completion: str, answer: str) -> Reward:
+    """1/0 correctness of the last `Answer:` line under the math benchmarks' strict rule (`math_score(...,
+    mode="strict")`: last 300 characters, last match, the authors' normalisation). Parts: `correct`, and `format`
+    = 1 when the last non-empty line is an `Answer: ...` line.
+
+    >>> synthetic_reward("3+4+0=7\\nAnswer: 7", "7").value
+    1.0
+    >>> synthetic_reward("Answer: 8\\nAnswer: 7", "7").correct  # the last answer counts
+    True
+    >>> synthetic_reward("7", "7").parts
+    {'correct': 0.0, 'format': 0.0}
+    """
+    correct = math_score(completion, answer, mode="strict")
+    fmt = has_answer_line(completion)
+    return Reward(value=float(correct), correct=correct, parts={"correct": float(correct), "format": float(fmt)})
