@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 
 from rpgrl.rewards import REWARDS, Reward
 from rpgrl.rewards.math import (
     INVALID,
+    MODES,
     MathReward,
+    clean_answer,
+    equiv_correct,
+    extract_final_answer,
     extract_strict,
     has_answer_line,
     math_score,
@@ -88,9 +99,18 @@ def test_extract_strict():
 
 
 def test_strict_matches_verl_math_dapo_if_installed():
-    """Differential check against verl's math_dapo scorer (the file the authors forked), when verl is installed."""
-    dapo = pytest.importorskip("verl.utils.reward_score.math_dapo")
+    """Differential check against verl's math_dapo scorer (the file the authors forked), when verl is installed.
+    The file is loaded alone (it needs only `re`): importing the `verl` package takes seconds."""
+    import importlib.util
     import random
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is not installed")
+    path = os.path.join(spec.submodule_search_locations[0], "utils", "reward_score", "math_dapo.py")
+    file_spec = importlib.util.spec_from_file_location("_verl_math_dapo", path)
+    dapo = importlib.util.module_from_spec(file_spec)
+    file_spec.loader.exec_module(dapo)
 
     rng = random.Random(0)
     atoms = [
@@ -164,3 +184,236 @@ def test_has_answer_line():
     assert not has_answer_line("Answer: 5\nmore text")  # not the last line
     assert not has_answer_line("Answer:   ")  # empty answer
     assert not has_answer_line("")
+
+
+# ---------- equiv mode: the final answer judged by mathematical equivalence (math-verify) ----------
+
+EQUIV_TABLE = [
+    # (response, ground truth, correct?)
+    # fractions and decimals
+    ("Answer: 0.5", "\\frac{1}{2}", True),  # decimal = fraction (strict says no)
+    ("Answer: 1/2", "\\frac{1}{2}", True),  # plain-text fraction
+    ("Answer: \\dfrac{1}{2}", "\\frac{1}{2}", True),  # \dfrac
+    ("Answer: \\frac{2}{4}", "\\frac{1}{2}", True),  # unreduced fraction
+    ("Answer: 0.333333", "\\frac{1}{3}", True),  # 6 decimals: math-verify rounds floats to 6 places
+    ("Answer: 0.33", "\\frac{1}{3}", False),  # a coarse decimal is not the fraction
+    ("Answer: 3.0", "3", True),  # trailing zero
+    ("Answer: 03", "3", True),  # leading zero
+    ("Answer: 3.01", "3", False),  # close is not equal
+    # negatives
+    ("Answer: -\\frac{1}{2}", "\\frac{-1}{2}", True),  # sign placement
+    ("Answer: \u22121", "-1", True),  # unicode minus sign
+    ("Answer: 1", "-1", False),  # sign matters
+    # radicals
+    ("Answer: 2\\sqrt{2}", "\\sqrt{8}", True),  # simplified radical
+    ("Answer: \\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt2}{2}", True),  # rationalised denominator + \sqrt shorthand
+    ("Answer: 3\\sqrt{2}", "\\sqrt{8}", False),  # a different radical
+    # intervals, tuples, sets
+    ("Answer: [2, 5)", "[2,5)", True),  # same half-open interval
+    ("Answer: (2, 5]", "[2,5)", False),  # wrong end points open/closed
+    ("Answer: x \\in [0, 1]", "[0,1]", True),  # membership statement
+    ("Answer: (2, 1)", "(1,2)", False),  # ordered pair in the wrong order
+    ("Answer: \\{1, 2\\}", "\\{2, 1\\}", True),  # sets are unordered
+    ("Answer: x=5, y=3", "(5,3)", True),  # assignments read as a tuple
+    # equations, units, currency, percent
+    ("Answer: x = 7", "7", True),  # variable assignment
+    ("Answer: 45^\\circ", "45", True),  # degree sign
+    ("Answer: 12 \\text{ cm}", "12", True),  # LaTeX unit
+    ("Answer: 540 dollars", "540", True),  # unit word (via the authors' normalisation)
+    ("Answer: \\$540", "540", True),  # currency sign
+    ("Answer: 20\\%", "20", True),  # trailing percent sign
+    ("Answer: 336", "336^\\circ", True),  # degree sign on the ground truth (AIME 2025)
+    # thousands separators
+    ("Answer: 1,000", "1000", True),  # comma
+    ("Answer: 1\\,000", "1000", True),  # LaTeX thin space
+    ("Answer: 1{,}000,000", "1000000", True),  # {,} and comma mixed
+    ("Answer: 1000", "1,000", True),  # separator on the ground-truth side
+    # symbolic
+    ("Answer: x^2+2x+1", "(x+1)^2", True),  # expanded polynomial
+    ("Answer: 2^{10}", "1024", True),  # power evaluates
+    ("Answer: \\pi/2", "\\frac{\\pi}{2}", True),  # symbolic constant
+    ("Answer: \\pi", "3.14159", False),  # pi is not a 5-decimal approximation
+    ("Answer: i + 1", "1+i", True),  # complex number, terms reordered
+    ("Answer: \\text{(A)}", "A", True),  # multiple-choice letter in \text
+    ("Answer: (B)", "A", False),  # another letter
+    # where the answer is, and presentation
+    ("Answer: 540.", "540", True),  # trailing period stripped (strict says no)
+    ("Answer: **25**", "25", True),  # markdown bold stripped (strict says no)
+    ("so the result is $\\boxed{25}$.", "25", True),  # a bare \boxed{} counts when there is no Answer: line
+    ("Answer: The answer is $\\boxed{25}$.", "25", True),  # a box inside the answer line is what is judged
+    ("Answer: 540\n" + "x" * 300, "540", True),  # no 300-character window (strict says no)
+    ("The answer is 5", "5", False),  # neither an Answer: line nor a box
+    # empty output
+    ("", "5", False),  # nothing at all
+    ("Answer: ", "5", False),  # empty answer line
+    # two answers: the last Answer: line, else the last box; a hedge inside one answer is judged whole
+    ("\\boxed{4}, and so\nAnswer: 5", "5", True),  # the Answer: line beats an earlier box
+    ("\\boxed{4}, and so\nAnswer: 5", "4", False),  # ... so the earlier box does not count
+    ("Answer: 4\nAnswer: 5", "4", False),  # the last Answer: line wins
+    ("\\boxed{4} then \\boxed{5}", "5", True),  # the last box wins
+    ("Answer: 4 or 5", "4", False),  # a hedge is a set {4, 5}, not 4
+    ("Answer: \\boxed{4}, \\boxed{5}", "5", False),  # two boxes on the answer line: a set again
+    # unparseable LaTeX
+    ("Answer: \\frac{", "5", False),  # unclosed group
+    ("Answer: \\sqrt{}", "5", False),  # empty radicand
+    ("Answer: }{}{", "5", False),  # brace soup
+    ("Answer: \\boxed{5", "5", True),  # an unclosed box is still read as 5 by math-verify
+]
+
+
+@pytest.mark.parametrize("response,gt,expected", EQUIV_TABLE)
+def test_equiv_table(response, gt, expected):
+    assert bool(math_score(response, gt, mode="equiv")) is expected
+
+
+def test_equiv_table_is_large_and_default_mode_is_equiv():
+    assert len(EQUIV_TABLE) >= 40
+    assert math_score("Answer: 0.5", "\\frac{1}{2}") and not math_score("Answer: 0.5", "\\frac{1}{2}", "strict")
+
+
+@pytest.mark.parametrize("response,gt,expected", STRICT_TABLE)
+def test_strict_correct_implies_equiv_correct(response, gt, expected):
+    if expected:
+        assert math_score(response, gt, mode="equiv")
+
+
+def test_strict_correct_implies_equiv_correct_random():
+    import random
+
+    rng = random.Random(1)
+    atoms = ["Answer:", "answer :", "\n", " ", "=", "$", "\\boxed{", "}", "{", "\\frac", "\\sqrt", "1", "2", "0"]
+    atoms += [",", ".", "x", "a ", "an ", "\\text{", "degrees", "^\\circ", "\\!", "**", "\\$", "-", "(", ")"]
+    hits = 0
+    for _ in range(3000):
+        body = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 8)))
+        resp = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 6))) + rng.choice(["Answer: ", ""]) + body
+        # the ground truth: the body with some atoms dropped or added (often normalises the same), or random
+        gt = "".join(a for a in body if rng.random() < 0.8) + rng.choice(["", " ", "$", "degrees", "{,}"])
+        gt = gt if rng.random() < 0.7 else "".join(rng.choice(atoms[5:]) for _ in range(rng.randint(1, 4)))
+        if strict_correct(resp, gt):
+            hits += 1
+            assert equiv_correct(resp, gt), (resp, gt)
+    assert hits > 300  # the property was exercised
+
+
+def test_extract_and_clean():
+    assert extract_final_answer("no answer") is None
+    assert extract_final_answer("\\boxed{1} \\boxed{\\frac{2}{3}}") == "\\frac{2}{3}"  # nested braces, last box
+    assert extract_final_answer("\\boxed{1} \\boxed{2") == "1"  # an unclosed box is skipped
+    assert clean_answer("$\\boxed{1\\,000}$.") == "1000"
+    assert clean_answer("\\boxed{4} or \\boxed{5}") == "4, 5"
+
+
+# ---------- time bound and safety ----------
+
+ADVERSARIAL = [
+    "2^{2^{2^{2^{2^{2}}}}}",  # power tower
+    "9^{9^{9^{9}}}",  # power tower
+    "99999999999^{9999999}",  # 70-million-digit integer power
+    "9" * 100_000,  # 100k-digit number
+    "{" * 5000 + "1" + "}" * 5000,  # deeply nested braces
+    "\\sqrt{" * 40 + "2" + "}" * 40,  # deeply nested radicals
+    "1000000!",  # huge factorial
+    "(10^{6})!",  # huge factorial of an expression
+    "\\binom{10^{9}}{10^{8}}",  # huge binomial
+    "x^{123456}",  # huge symbolic power
+    "(x+y+z)^{200}",  # expansion blow-up: passes the pre-filter, stopped by the timer
+    "\\left(" * 10 + "1" + "\\right)" * 10,  # slow for the parser: passes the pre-filter, stopped by the timer
+    "\\Gamma(10^{7})",  # slow special function evaluation
+    "\\lfloor 10^{100000}/7 \\rfloor",  # huge numeric power inside a floor
+]
+
+
+@pytest.mark.parametrize("i", range(len(ADVERSARIAL)), ids=[a[:24] for a in ADVERSARIAL])
+def test_adversarial_answers_are_wrong_within_two_seconds(i):
+    response = ("Answer: {}", "\\boxed{{{}}}")[i % 2].format(ADVERSARIAL[i])  # as an answer line or a bare box
+    from rpgrl.rewards import _mathverify
+
+    _mathverify.warm_up()  # the worker's one-time start is not part of the bound
+    t0 = time.monotonic()
+    assert not math_score(response, "5", mode="equiv")
+    assert not math_score(response, "5", mode="strict")
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_hard_bound_kills_a_stuck_worker_and_recovers():
+    """A worker stuck in C code is simulated by stopping it (SIGSTOP): no timer inside it can fire."""
+    from rpgrl.rewards import _mathverify
+
+    _mathverify.warm_up()
+    stuck = _mathverify._local.worker
+    os.kill(stuck.proc.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    assert _mathverify.equivalent("0.5", "\\frac{1}{2}", timeout=0.5) is False  # judged wrong, not hung
+    elapsed = time.monotonic() - t0
+    assert 0.5 <= elapsed < 0.5 + _mathverify.HARD_SLACK + 0.5
+    assert stuck.proc.poll() is not None  # killed
+    assert math_score("Answer: 0.5", "\\frac{1}{2}")  # a fresh worker took over
+
+
+def test_equiv_works_off_the_main_thread():
+    results = []
+
+    def work():
+        t0 = time.monotonic()
+        results.append((math_score("Answer: 0.5", "\\frac{1}{2}"), math_score("Answer: (x+y+z)^{200}", "5")))
+        results.append(time.monotonic() - t0)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results[0::2] == [(True, False)] * 2
+
+
+def test_equiv_works_in_a_dataloader_worker():
+    torch = pytest.importorskip("torch")
+
+    class Answers(torch.utils.data.Dataset):
+        responses = ["Answer: 0.5", "Answer: 9^{9^{9^{9}}}", "Answer: (x+y+z)^{200}", "Answer: 7"]
+
+        def __len__(self):
+            return len(self.responses)
+
+        def __getitem__(self, i):
+            return float(math_score(self.responses[i], "\\frac{1}{2}"))
+
+    loader = torch.utils.data.DataLoader(Answers(), batch_size=None, num_workers=1)
+    assert [float(x) for x in loader] == [1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "Answer: {code}",
+        "Answer: ${code}$",
+        "\\boxed{{{code}}}",
+        "Answer: \\text{{{code}}}",
+        "Answer: 1+{code}",
+    ],
+)
+def test_nothing_in_a_response_is_executed(tmp_path, template):
+    marker = tmp_path / "pwned"
+    payloads = [
+        f"__import__('os').system('touch {marker}')",
+        f"exec(\"open('{marker}', 'w')\")",
+        f"eval(compile('open(\"{marker}\",\"w\")','x','exec'))",
+    ]
+    for code in payloads:
+        for mode in MODES:
+            assert not math_score(template.format(code=code), "5", mode=mode)
+    assert not marker.exists()
+
+
+def test_strict_mode_needs_no_math_verify():
+    """strict mode imports neither math-verify nor sympy (H4a's synthetic reward runs without the math extra)."""
+    code = (
+        "import sys; sys.modules['math_verify'] = None; sys.modules['sympy'] = None\n"
+        "from rpgrl.rewards.math import math_score, MathReward\n"
+        "assert math_score('Answer: 5', '5', mode='strict') and not math_score('x', '5', mode='strict')\n"
+        "assert MathReward(mode='strict')('Answer: 5', '5').correct\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -15,6 +15,7 @@ penalty (a trainer concern), majority voting.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -103,6 +104,167 @@ def strict_correct(response: str, ground_truth: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# equiv: which answer is judged, and the cheap guards in front of math-verify
+# ---------------------------------------------------------------------------------------------------------------
+
+MAX_ANSWER_CHARS = 300  # longer final answers are judged wrong (MATH's longest answer has 159 characters)
+MAX_NESTING = 12  # deeper {([ nesting is judged wrong (the ANTLR parser recurses)
+MAX_POWER_DIGITS = 10_000  # a^b with numeric a, b and more digits than this is judged wrong (C-level bigint pow)
+MAX_FACTORIAL = 100_000  # n! with a larger literal n is judged wrong
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
+_THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\}|\\,|\\!|\\ |~)(?=\d{3}(?!\d))")
+_MARKDOWN = re.compile(r"\*\*|__|`")
+
+
+def _group_end(text: str, start: int) -> int | None:
+    """Index just past the `}` closing the group whose contents start at `start` (after its `{`), or None."""
+    depth = 1
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    return None
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every complete `\\boxed{...}` / `\\fbox{...}` in `text` (braces balanced), left to right.
+    One pass over the braces (linear: a response full of unclosed boxes must not cost quadratic time)."""
+    box_opens = {m.end() - 1 for m in _BOXED.finditer(text)}  # positions of the "{" that open a box
+    if not box_opens:
+        return []
+    stack, found = [], []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            j = stack.pop()
+            if j in box_opens:
+                found.append((j, text[j + 1 : m.start()]))
+    return [content for _, content in sorted(found)]
+
+
+def extract_final_answer(response: str) -> str | None:
+    """The one answer equiv mode judges: the last `Answer: ...` line anywhere in the response (the format the
+    prompt asks for, spec 7.5), else the last complete `\\boxed{...}`, else None (wrong).
+
+    An earlier `\\boxed{4}` followed by `Answer: 5` is judged as 5; a hedge inside the final answer
+    ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and so never equals a single value.
+
+    >>> extract_final_answer("so x = \\\\boxed{4}.\\nAnswer: 5")
+    '5'
+    >>> extract_final_answer("hence $\\\\boxed{\\\\frac{1}{2}}$")
+    '\\\\frac{1}{2}'
+    """
+    answer = _final_answer_raw(response)
+    return None if answer is None else answer.strip()
+
+
+def _final_answer_raw(response: str) -> str | None:
+    lines = ANSWER_RE.findall(response)
+    if lines:
+        return lines[-1]
+    boxed = _boxed_contents(response)
+    return boxed[-1] if boxed else None
+
+
+def clean_answer(answer: str) -> str:
+    """Presentation stripped before the equivalence check: boxes (contents kept, several joined by ", "), math
+    delimiters, markdown emphasis, trailing periods, thousands separators, a trailing percent sign.
+
+    >>> clean_answer("The answer is $\\\\boxed{1\\\\,000}$.")
+    '1000'
+    >>> clean_answer("**-3.5%**")
+    '-3.5'
+    """
+    boxed = _boxed_contents(answer)
+    s = ", ".join(boxed) if boxed else answer
+    s = _MARKDOWN.sub("", _DELIMITERS.sub("", s)).strip()
+    s = s.rstrip(".").strip()
+    s = _THOUSANDS.sub("", s)
+    s = re.sub(r"\\?%$", "", s).strip()
+    return s
+
+
+def _exponent_groups(s: str) -> list[tuple[str, str]]:
+    """(base token, exponent) pairs of `s`: the exponent is a braced group or one token; the base is the number
+    or letter run right before `^`."""
+    pairs = []
+    for m in re.finditer(r"\^", s):
+        base = re.search(r"(\d+(?:\.\d+)?|[A-Za-z]+|[)}\]])\s*$", s[: m.start()])
+        rest = s[m.end() :].lstrip()
+        if rest.startswith("{"):
+            exp = rest[1 : (_group_end(rest, 1) or len(rest) + 1) - 1]
+        else:
+            exp = re.match(r"\d+|\\?[A-Za-z]+|.?", rest).group(0)
+        pairs.append((base.group(1) if base else "", exp))
+    return pairs
+
+
+def reject_reason(answer: str) -> str | None:
+    """Why a (cleaned) answer is judged wrong without calling math-verify, or None to go ahead.
+
+    Guards against inputs that could hang the parser or sympy in C code, where no timer can stop them: a very long
+    answer, deep nesting, power towers, huge numeric powers and factorials.
+
+    >>> reject_reason("2^{2^{2^{2^{2}}}}"), reject_reason("99999999999^{9999999}"), reject_reason("2^{10}")
+    ('power tower', 'numeric power too large', None)
+    """
+    if len(answer) > MAX_ANSWER_CHARS:
+        return "too long"
+    depth = deepest = 0
+    for ch in answer:
+        depth += 1 if ch in "{([" else -1 if ch in "})]" else 0
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        return "nested too deeply"
+    for base, exp in _exponent_groups(answer):
+        if ("^" in exp or "!" in exp or "binom" in exp) and not re.fullmatch(r"[A-Za-z]+", base):
+            return "power tower"  # a numeric tower (2^{2^{2^{9}}}); e^{x^2} and x^{y^z} stay symbolic
+        if re.fullmatch(r"\s*\d+\s*", exp) and re.fullmatch(r"\d+(?:\.\d+)?", base):
+            if int(exp) * math.log10(max(float(base), 2.0)) > MAX_POWER_DIGITS:
+                return "numeric power too large"
+        elif re.search(r"\d{6,}", exp):  # x^{1234567}, 10^{1000000}+1: expansion or digits blow up
+            return "numeric power too large"
+    for m in re.finditer(r"(\d+)\s*!", answer):
+        if int(m.group(1)) > MAX_FACTORIAL:
+            return "factorial too large"
+    if re.search(r"[)}\]]\s*!", answer) and re.search(r"\d{4,}|\^", answer):
+        return "factorial of a large expression"
+    if "binom" in answer and re.search(r"\d{5,}|\^", answer):
+        return "binomial too large"
+    return None
+
+
+def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> bool:
+    """equiv mode. The final answer (`extract_final_answer`) is correct iff any of, in order:
+
+    1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct);
+    2. the cleaned strings (`clean_answer`) are equal, or their normalisations are;
+    3. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s.
+
+    >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
+    True
+    """
+    answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises it
+    if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
+        return False
+    if normalize_answer(answer) == normalize_answer(ground_truth):
+        return True
+    pred, gold = clean_answer(answer), clean_answer(ground_truth)
+    if not pred:
+        return False
+    if pred == gold or normalize_answer(pred) == normalize_answer(gold):
+        return True
+    if reject_reason(pred) is not None:
+        return False
+    from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
+
+    return _mathverify.equivalent(pred, gold, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # the public verifier
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -119,7 +281,7 @@ def math_score(response: str, ground_truth: str, mode: Mode = "equiv", *, timeou
     if mode == "strict":
         return strict_correct(response, ground_truth)
     if mode == "equiv":
-        raise NotImplementedError("equiv mode lands in the next commit")
+        return equiv_correct(response, ground_truth, timeout=timeout)
     raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
 
 
