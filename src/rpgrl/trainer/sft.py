@@ -1,0 +1,197 @@
+"""Supervised warm start on worked solutions, and the accuracy measure used before and after RL.
+
+`warm_start` trains on (prompt, solution + EOS) pairs with the loss on solution tokens only, checks held-out greedy
+accuracy every `cfg.eval_every` steps, and stops as soon as it reaches `cfg.target_accuracy`: RL needs a weak but
+not hopeless start (docs/cpu-default-notes.md: stopping at ~20% left the most room for RL; long SFT at a constant
+2e-3 became unstable, hence the cosine decay).
+
+Left out: packing, gradient accumulation, mixed precision (the warm start only runs on the tiny default model).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from rpgrl.rewards import get_reward
+from rpgrl.rollout import make_rollout, sample, token_logprobs
+
+if TYPE_CHECKING:
+    from rpgrl.config import SFTConfig
+    from rpgrl.rewards.synthetic import Problem
+
+
+@dataclass
+class SFTStats:
+    """What the warm start did: optimizer `steps`, wall-clock `seconds`, held-out accuracies at the end (greedy and
+    one temperature-1 sample per problem), whether the target was reached, and the periodic evaluations
+    (`history`: dicts with `step`, `loss`, `greedy_acc`)."""
+
+    steps: int
+    seconds: float
+    greedy_acc: float
+    sampled_acc: float
+    reached_target: bool
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def encode_prompts(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
+    """Prompt token ids as the model sees them (the tokenizer's special tokens, e.g. BOS, included)."""
+    return tokenizer([p.prompt for p in problems])["input_ids"]
+
+
+def accuracy(
+    model,
+    tokenizer,
+    problems: Sequence[Problem],
+    *,
+    greedy: bool,
+    n: int = 1,
+    max_new_tokens: int = 48,
+    temperature: float = 1.0,
+    batch_size: int | None = 256,
+    generator: torch.Generator | None = None,
+    reward: str = "synthetic",
+) -> float:
+    """Fraction of correct responses over `problems` x `n` samples (greedy: one argmax response per problem).
+
+    Correctness is the `correct` flag of the named reward (the training reward, so the metric cannot drift).
+    The model is put in eval mode for sampling and returned to its previous mode.
+    """
+    if not problems:
+        raise ValueError("accuracy: no problems")
+    score = get_reward(reward)
+    was_training = model.training
+    model.eval()
+    try:
+        r = sample(
+            model,
+            tokenizer,
+            encode_prompts(tokenizer, problems),
+            n=1 if greedy else n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            greedy=greedy,
+            batch_size=batch_size,
+            generator=generator,
+        )
+    finally:
+        model.train(was_training)
+    answers = [problems[int(g)].answer for g in r.group]
+    return sum(score(text, ans).correct for text, ans in zip(r.texts, answers, strict=True)) / len(r)
+
+
+def encode_targets(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
+    """Solution token ids followed by EOS (the supervised target; no BOS)."""
+    ids = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
+    return [t + [tokenizer.eos_token_id] for t in ids]
+
+
+def sft_loss(model, tokenizer, prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Token-mean negative log-likelihood of `targets` (solution + EOS) given `prompts`; prompt tokens carry no loss.
+
+    Goes through `make_rollout` + `token_logprobs`, the same left-padded layout and position ids as RL updates.
+    """
+    batch = make_rollout(tokenizer, prompts, targets)
+    logp, _ = token_logprobs(model, batch)  # (B, T)
+    return -(logp * batch.response_mask).sum() / batch.response_mask.sum()
+
+
+def cosine_lr(step: int, *, peak: float, warmup: int, total: int, min_ratio: float) -> float:
+    """Learning rate for 0-based `step`: linear warm-up over `warmup` steps, then cosine decay to peak x min_ratio
+    at `total` steps."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def warm_start(
+    model,
+    tokenizer,
+    train_problems: Sequence[Problem],
+    val_problems: Sequence[Problem],
+    cfg: SFTConfig,
+    *,
+    seed: int = 0,
+    warmup_steps: int = 10,
+    min_lr_ratio: float = 0.1,
+    grad_clip: float = 1.0,
+    max_new_tokens: int = 48,
+    progress: bool = False,
+    log: Callable[[int, dict[str, float]], None] | None = None,
+) -> SFTStats:
+    """Supervised fine-tuning of `model` in place until held-out greedy accuracy reaches `cfg.target_accuracy`.
+
+    cfg: `max_steps`, `batch_size`, `lr` (peak; linear warm-up then cosine decay to lr x `min_lr_ratio` at
+    `max_steps`), `eval_every`, `target_accuracy`. Loss: token-mean negative log-likelihood of the solution tokens
+    and EOS (prompt tokens are context only). Batches are drawn without replacement, reshuffled each epoch
+    (seeded). Greedy accuracy on `val_problems` is measured every `cfg.eval_every` steps and at the last step;
+    `log(step, metrics)` receives `sft/loss`, `sft/lr` each step and `eval/greedy_acc` at evaluations.
+    Returns SFTStats; the model is left in eval mode.
+    """
+    if cfg.max_steps < 0 or cfg.batch_size < 1 or cfg.eval_every < 1 or not cfg.lr > 0:
+        raise ValueError(f"warm_start: bad config {cfg}")
+    if not train_problems or not val_problems:
+        raise ValueError("warm_start: needs training and held-out problems")
+    t0 = time.perf_counter()
+    prompts, targets = encode_prompts(tokenizer, train_problems), encode_targets(tokenizer, train_problems)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    order = torch.randperm(len(prompts), generator=gen).tolist()
+    cursor, history, step, greedy_acc, reached = 0, [], 0, float("nan"), False
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.max_steps, desc="warm start", unit="step")
+    while step < cfg.max_steps:
+        if cursor + cfg.batch_size > len(order):  # new epoch
+            order, cursor = torch.randperm(len(prompts), generator=gen).tolist(), 0
+        idx = order[cursor : cursor + cfg.batch_size]
+        cursor += cfg.batch_size
+        lr = cosine_lr(step, peak=cfg.lr, warmup=warmup_steps, total=cfg.max_steps, min_ratio=min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+
+        model.train()
+        loss = sft_loss(model, tokenizer, [prompts[i] for i in idx], [targets[i] for i in idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        step += 1
+        metrics = {"sft/loss": loss.item(), "sft/lr": lr}
+
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            greedy_acc = accuracy(model, tokenizer, val_problems, greedy=True, max_new_tokens=max_new_tokens)
+            history.append({"step": step, "loss": metrics["sft/loss"], "greedy_acc": greedy_acc})
+            metrics["eval/greedy_acc"] = greedy_acc
+            reached = greedy_acc >= cfg.target_accuracy
+        if log is not None:
+            log(step, metrics)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['sft/loss']:.3f}", acc=f"{greedy_acc:.2f}")
+        if reached:
+            break
+    if bar is not None:
+        bar.close()
+    model.eval()
+    if step == 0 or math.isnan(greedy_acc):
+        greedy_acc = accuracy(model, tokenizer, val_problems, greedy=True, max_new_tokens=max_new_tokens)
+    sampled_acc = accuracy(model, tokenizer, val_problems, greedy=False, max_new_tokens=max_new_tokens, generator=gen)
+    return SFTStats(
+        steps=step,
+        seconds=time.perf_counter() - t0,
+        greedy_acc=greedy_acc,
+        sampled_acc=sampled_acc,
+        reached_target=greedy_acc >= cfg.target_accuracy,
+        history=history,
+    )
