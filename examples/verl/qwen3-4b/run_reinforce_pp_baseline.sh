@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Paper Table 5 (4K), row REINFORCE++-baseline: group mean subtracted, then batch whitening; k1 KL loss with
+# beta 1e-4 (spec 5.4). Same anchor difference as run_reinforce_pp.sh.
+# Usage: CTX=2k|4k|8k DATA_DIR=... bash qwen3-4b/run_reinforce_pp_baseline.sh [extra Hydra overrides]
+set -euo pipefail
+: "${MODEL_PATH:=Qwen/Qwen3-4B}"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+launch reinforce-pp-baseline \
+    algorithm.adv_estimator=reinforce_plus_plus_baseline \
+    actor_rollout_ref.actor.use_kl_loss=True \
+    actor_rollout_ref.actor.kl_loss_type=kl \
+    actor_rollout_ref.actor.kl_loss_coef=1e-4 \
+    "$@"

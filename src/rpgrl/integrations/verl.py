@@ -1,0 +1,242 @@
+"""verl plug-in: every RPG variant as a verl policy-loss mode, and the `rpg` advantage estimator verl lacks.
+
+Registered names (a public contract; `LOSS_MODES` below):
+
+    actor_rollout_ref.actor.policy_loss.loss_mode = rpg_<divergence>_<style>
+        divergence in fkl, rkl, ufkl, urkl; style in differentiable, reinforce   (e.g. rpg_urkl_reinforce)
+    algorithm.adv_estimator = rpg          A_i = R_i - mean of R over the prompt's group (spec 5.1)
+
+Loading. verl >= 0.9.1 imports every entry point of the group `verl.plugins` at the end of `verl/__init__.py`
+(`VERL_USE_EXTERNAL_PLUGINS=auto`, the default; `none` disables it, a comma list selects names). rpgrl declares
+`rpgrl = "rpgrl.integrations.verl"` in that group, so `import verl` in the driver and in every Ray worker registers
+the names below. verl swallows a failing plug-in import (logged at DEBUG), which then shows up as "Unsupported loss
+mode"; `import rpgrl.integrations.verl` directly shows the real error.
+
+Configuration. verl calls a policy loss as `fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+config, rollout_is_weights)` with `config` the actor config (`verl.workers.config.ActorConfig`):
+  - clip parameters are verl's own: eps_low = clip_ratio_low, eps_high = clip_ratio_high (each falling back to
+    clip_ratio), c = clip_ratio_c;
+  - RPG's own settings live in the policy_loss sub-config. verl builds it with Hydra `instantiate` from its
+    `_target_`, and a plain `PolicyLossConfig` rejects unknown keys, so point `_target_` at `RPGPolicyLossConfig`
+    (below) and add its fields with `+`:
+        actor_rollout_ref.actor.policy_loss._target_=rpgrl.integrations.verl.RPGPolicyLossConfig
+        actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce
+        +actor_rollout_ref.actor.policy_loss.beta=1e-4
+        +actor_rollout_ref.actor.policy_loss.clip=dual
+    The fields are validated when verl builds the actor config (in the driver's `validate_config`, before Ray
+    starts); a misspelt key fails there.
+  - verl's own KL loss (`actor.use_kl_loss`, computed against a reference worker) must be off: RPG's KL is inside
+    the loss and its anchor is pi_old (`old_log_prob`). The loss refuses a config with both, on its first call.
+    `algorithm.use_kl_in_reward` is a reward-side penalty that the actor cannot see; leave it False as well.
+
+Aggregation. `rpg_loss` gives the per-token loss; it is reduced with verl's `agg_loss(..., loss_agg_mode,
+**config.global_batch_info)`, so the global token/sequence count and the data-parallel scaling stay verl's, and
+every verl `loss_agg_mode` works. `rollout_is_weights` (verl's rollout correction) multiply the per-token loss, as
+in verl's own losses. The one variant without a per-token form (style=differentiable at level=sequence) is reduced
+by `rpg_loss` itself with the same normaliser agg_loss uses (global count / dp_size); it supports the three
+shared modes and no rollout weights.
+
+Metrics are returned as detached 0-dim tensors under `actor/<rpgrl name>` (`actor/kl/urkl`, `actor/clip/frac_dual`,
+...); verl converts them and averages them over micro-batches. The loss itself is logged by verl as actor/pg_loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import MISSING
+from verl.trainer.ppo.core_algos import agg_loss, register_adv_est, register_policy_loss
+from verl.workers.config import PolicyLossConfig
+
+from rpgrl.advantages import get_advantage
+from rpgrl.objectives.divergences import DIVERGENCES
+from rpgrl.objectives.reduce import AGG_MODES
+from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, rpg_loss
+
+LOSS_MODES = tuple(f"rpg_{d}_{s}" for d in DIVERGENCES for s in STYLES)
+
+
+@dataclass
+class RPGPolicyLossConfig(PolicyLossConfig):
+    """verl's policy_loss sub-config plus RPG's settings (passed to `rpgrl.rpg_loss` under the same names).
+
+    `beta` and `clip` have no default on purpose: an RPG run states its KL coefficient and whether it clips.
+    """
+
+    beta: float = MISSING
+    """KL coefficient (the paper: 1e-4)"""
+    clip: str | None = MISSING
+    """'dual' (RPG-Style Clip, Alg. 1/2), 'truncate' (truncated importance weights, reinforce only) or null"""
+    level: str = "token"
+    """'token' (per-token ratios, the released code) or 'sequence' (whole-response ratios, the paper)"""
+    branch: str = "effective"
+    """dual clip branch: sign(A') as the paper ('effective') or sign(A) as the released code ('raw')"""
+    kl_in_clip: bool = True
+    """differentiable dual clip: KL inside the clipped advantage (paper) or a separate unclipped term (code)"""
+    analogue: str = "exact"
+    """differentiable dual clip advantage analogue: 'exact' (per-sample Table 1) or 'paper' (spec 4.1)"""
+    kl_value_clamp: float | None = None
+    """clamp the separate KL term to [-K, K] (the authors' 10); null = off"""
+    max_log_w: float | None = None
+    """clamp log w to <= M before anything else; null = off"""
+
+    def __post_init__(self):
+        if self.beta == MISSING or self.clip == MISSING:
+            raise ValueError(
+                "RPGPolicyLossConfig needs beta and clip: add +actor_rollout_ref.actor.policy_loss.beta=<float> and "
+                "+actor_rollout_ref.actor.policy_loss.clip=<dual|truncate|null>"
+            )
+        if isinstance(self.beta, bool) or not isinstance(self.beta, int | float) or self.beta < 0:
+            raise ValueError(f"policy_loss.beta must be a number >= 0, got {self.beta!r}")
+        for name, value, valid in (
+            ("clip", self.clip, CLIPS),
+            ("level", self.level, LEVELS),
+            ("branch", self.branch, BRANCHES),
+            ("analogue", self.analogue, ANALOGUES),
+        ):
+            if value not in valid:
+                raise ValueError(f"policy_loss.{name}={value!r} is not one of {', '.join(map(str, valid))}")
+
+    def rpg_options(self) -> dict[str, Any]:
+        """The keyword arguments of `rpg_loss` this config sets."""
+        return {
+            "beta": float(self.beta),
+            "clip": self.clip,
+            "level": self.level,
+            "branch": self.branch,
+            "kl_in_clip": self.kl_in_clip,
+            "analogue": self.analogue,
+            "kl_value_clamp": self.kl_value_clamp,
+            "max_log_w": self.max_log_w,
+        }
+
+
+def _options(config: Any, mode: str) -> dict[str, Any]:
+    """rpg_loss keyword arguments from verl's actor config, refusing what cannot work together."""
+    if config is None:
+        raise ValueError(f"policy loss {mode} needs verl's actor config")
+    if config.get("use_kl_loss", False):
+        raise ValueError(
+            f"policy loss {mode} applies the KL itself (anchor pi_old); set actor_rollout_ref.actor.use_kl_loss=False "
+            "so verl does not add its own KL loss on top"
+        )
+    policy_loss = config.policy_loss
+    if not isinstance(policy_loss, RPGPolicyLossConfig):
+        raise ValueError(
+            f"policy loss {mode} reads its settings from actor.policy_loss: set "
+            "actor_rollout_ref.actor.policy_loss._target_=rpgrl.integrations.verl.RPGPolicyLossConfig "
+            "and add +actor_rollout_ref.actor.policy_loss.beta=... and .clip=..."
+        )
+    clip_ratio = config.clip_ratio
+    low, high = config.get("clip_ratio_low"), config.get("clip_ratio_high")
+    return {
+        **policy_loss.rpg_options(),
+        "eps_low": clip_ratio if low is None else low,
+        "eps_high": clip_ratio if high is None else high,
+        "c": config.get("clip_ratio_c", 3.0),  # verl's default when unset
+    }
+
+
+def _normalizer(agg: str, batch: dict[str, Any]) -> float | torch.Tensor | None:
+    """The `normalizer` that makes `rpgrl.aggregate` equal verl's `agg_loss` for the three shared modes:
+    agg_loss divides by the global count and multiplies by dp_size (DDP averages gradients over ranks)."""
+    dp_size = batch.get("dp_size") or 1
+    count = batch.get("batch_num_tokens") if agg == "token-mean" else batch.get("global_batch_size")
+    if count is None:
+        if dp_size > 1:
+            raise ValueError(f"loss_agg_mode {agg} with dp_size {dp_size} needs the global count in global_batch_info")
+        return None
+    return count / dp_size
+
+
+def _sequence_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's (B, T) outcome advantages -> (B,): the value each response carries on its tokens. (B, T) -> (B,)"""
+    m = mask.to(advantages.dtype)
+    per_seq = (advantages * m).sum(-1) / m.sum(-1).clamp(min=1)  # (B,)
+    spread = ((advantages - per_seq[:, None]).abs() * m).amax()
+    if spread > 1e-6 * (1 + per_seq.abs().amax()):
+        raise ValueError(
+            "level=sequence needs one advantage per response, but verl's advantages vary along the response "
+            f"(max deviation {spread.item():.3g}); use an outcome estimator (rpg, grpo, rloo) or level=token"
+        )
+    return per_seq
+
+
+def _make_policy_loss(divergence: str, style: str):
+    mode = f"rpg_{divergence}_{style}"
+
+    def policy_loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        opts = _options(config, mode)
+        batch = dict(config.global_batch_info or {})
+        shared = loss_agg_mode in AGG_MODES
+        if opts["level"] == "sequence" and advantages.dim() == 2:
+            advantages = _sequence_advantages(advantages, response_mask)
+        out = rpg_loss(
+            log_prob,  # (B, T), verl's log_prob = our logp
+            old_log_prob,  # (B, T), pi_old: the sampler and the KL anchor
+            advantages,  # (B, T) from verl's estimators, or (B,) at sequence level
+            response_mask,
+            divergence=divergence,
+            style=style,
+            agg=loss_agg_mode if shared else "token-mean",
+            normalizer=_normalizer(loss_agg_mode, batch) if shared else None,
+            **opts,
+        )
+        if out.per_token is not None:
+            per_token = out.per_token if rollout_is_weights is None else out.per_token * rollout_is_weights
+            loss = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch)
+        elif not shared or rollout_is_weights is not None:
+            raise ValueError(
+                f"{mode} at level=sequence has no per-token loss, so it supports loss_agg_mode in {AGG_MODES} and no "
+                f"rollout correction weights (got loss_agg_mode={loss_agg_mode!r}, "
+                f"rollout_is_weights={'set' if rollout_is_weights is not None else 'None'})"
+            )
+        else:
+            loss = out.loss  # aggregated by rpg_loss with agg_loss's normaliser (see _normalizer)
+        # verl logs the loss itself (actor/pg_loss); rpgrl's loss/* values would be averaged over micro-batches.
+        metrics = {f"actor/{k}": v for k, v in out.metrics.items() if not k.startswith("loss/")}
+        return loss, metrics
+
+    policy_loss.__name__ = policy_loss.__qualname__ = f"compute_policy_loss_{mode}"
+    policy_loss.__doc__ = (
+        f"verl policy loss `{mode}`: `rpgrl.rpg_loss(divergence={divergence!r}, style={style!r})` with verl's clip "
+        "parameters and `RPGPolicyLossConfig` options, reduced by verl's agg_loss. Shapes: (B, T) tensors."
+    )
+    return policy_loss
+
+
+for _d in DIVERGENCES:
+    for _s in STYLES:
+        register_policy_loss(f"rpg_{_d}_{_s}")(_make_policy_loss(_d, _s))
+
+
+@register_adv_est("rpg")
+def compute_rpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RPG's advantage, `rpgrl.advantages` estimator `rpg`: A_i = R_i - mean of R over the responses sharing the
+    prompt uid (`index`); a group of one gets mean 0 (spec 5.1). Equals verl's grpo with
+    norm_adv_by_std_in_grpo=False. Shapes: token_level_rewards, response_mask (B, T); index (B,) uids.
+    Returns (advantages, returns), both (B, T), zero on padding."""
+    rewards = token_level_rewards.sum(-1)  # (B,) outcome reward R_i
+    _, group = np.unique(np.asarray(index), return_inverse=True)
+    group = torch.as_tensor(group.reshape(-1), dtype=torch.long, device=rewards.device)  # (B,)
+    mask = response_mask.to(rewards.dtype)
+    adv = get_advantage("rpg")(rewards, group, mask)
+    adv = (adv[:, None] if adv.dim() == 1 else adv) * mask  # (B, T)
+    return adv, adv

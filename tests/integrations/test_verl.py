@@ -1,0 +1,304 @@
+"""verl plug-in (rpgrl/integrations/verl.py): every registered loss mode, called the way verl calls it, against
+rpgrl.rpg_loss and against verl's own PPO loss; the advantage estimator against verl's; config refusals; and the
+`verl.plugins` entry-point loading in a fresh interpreter. CPU, float64 where the comparison is numeric."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("verl")
+pytest.importorskip("hydra")
+
+import numpy as np  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.errors import InstantiationException  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+
+import rpgrl.integrations.verl as plugin  # noqa: E402
+from rpgrl.objectives.reduce import AGG_MODES  # noqa: E402
+from rpgrl.objectives.rpg import rpg_loss  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+VERL_CONFIG_DIR = str(Path(core_algos.__file__).resolve().parents[1] / "config")
+F64 = torch.float64
+RPG_TARGET = "actor_rollout_ref.actor.policy_loss._target_=rpgrl.integrations.verl.RPGPolicyLossConfig"
+
+# The public contract: these names, exactly.
+EXPECTED_MODES = [
+    "rpg_fkl_differentiable",
+    "rpg_fkl_reinforce",
+    "rpg_rkl_differentiable",
+    "rpg_rkl_reinforce",
+    "rpg_ufkl_differentiable",
+    "rpg_ufkl_reinforce",
+    "rpg_urkl_differentiable",
+    "rpg_urkl_reinforce",
+]
+
+
+def compose_actor(*overrides: str):
+    """verl's actor config exactly as verl builds it: Hydra compose of ppo_trainer.yaml, then instantiate."""
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        cfg = compose("ppo_trainer", overrides=["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", *overrides])
+    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+
+
+@pytest.fixture(scope="module")
+def base_actor():
+    return compose_actor(
+        RPG_TARGET,
+        "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce",
+        "+actor_rollout_ref.actor.policy_loss.beta=0.05",
+        "+actor_rollout_ref.actor.policy_loss.clip=dual",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        "actor_rollout_ref.actor.clip_ratio_c=1.5",
+    )
+
+
+def actor_with(base, *, batch_info=None, **loss_fields):
+    """A copy of the composed actor config with other RPG options (the loss reads only these fields)."""
+    policy_loss = dataclasses.replace(base.policy_loss, **loss_fields)
+    return dataclasses.replace(base, policy_loss=policy_loss, global_batch_info=dict(batch_info or {}))
+
+
+def random_batch(seed: int, B: int = 6, T: int = 9, scale: float = 0.6):
+    """verl-shaped inputs: log-probs (B, T), bool response mask with ragged lengths >= 1, per-token advantages
+    constant along each response (outcome estimators), zero on padding."""
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g, dtype=F64) * 3 - 0.05
+    logp = old + scale * torch.randn(B, T, generator=g, dtype=F64)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    adv = torch.randn(B, generator=g, dtype=F64)[:, None] * mask
+    return logp.requires_grad_(True), old, adv, mask
+
+
+BATCH_INFOS = {
+    "local": {},  # single process, no global counts: agg_loss normalises by the micro-batch
+    "dp2": {"dp_size": 2, "batch_num_tokens": 61, "global_batch_size": 14, "loss_scale_factor": None},
+}
+
+
+def verl_loss_and_grad(mode, logp, old, adv, mask, agg, config, weights=None):
+    fn = core_algos.get_policy_loss_fn(mode)
+    loss, metrics = fn(
+        old_log_prob=old,
+        log_prob=logp,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=agg,
+        config=config,
+        rollout_is_weights=weights,
+    )
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), grad, metrics
+
+
+def test_registered_names_are_the_contract():
+    assert list(plugin.LOSS_MODES) == EXPECTED_MODES
+    for mode in EXPECTED_MODES:
+        assert core_algos.POLICY_LOSS_REGISTRY[mode].__name__ == f"compute_policy_loss_{mode}"
+    assert "rpg" in core_algos.ADV_ESTIMATOR_REGISTRY
+
+
+@pytest.mark.parametrize("clip", [None, "dual"])
+@pytest.mark.parametrize("info", list(BATCH_INFOS))
+@pytest.mark.parametrize("mode", EXPECTED_MODES)
+def test_every_mode_equals_rpg_loss(base_actor, mode, clip, info):
+    """Value and gradient through get_policy_loss_fn equal rpg_loss with verl's clip parameters and the normaliser
+    verl's agg_loss applies (global count / dp_size), in every shared aggregation mode."""
+    _, divergence, style = mode.split("_")
+    batch_info = BATCH_INFOS[info]
+    config = actor_with(base_actor, batch_info=batch_info, clip=clip, beta=0.05)
+    for k, agg in enumerate(AGG_MODES):
+        logp, old, adv, mask = random_batch(seed=k)
+        loss, grad, metrics = verl_loss_and_grad(mode, logp, old, adv, mask, agg, config)
+        count = batch_info.get("batch_num_tokens" if agg == "token-mean" else "global_batch_size")
+        ref = rpg_loss(
+            logp, old, adv, mask, divergence=divergence, style=style, beta=0.05, clip=clip, eps_low=0.2,
+            eps_high=0.28, c=1.5, agg=agg, normalizer=None if count is None else count / batch_info["dp_size"],
+        )  # fmt: skip
+        (ref_grad,) = torch.autograd.grad(ref.loss, logp)
+        torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
+        assert grad.abs().sum() > 0
+        assert set(metrics) == {f"actor/{k}" for k in ref.metrics if not k.startswith("loss/")}
+        assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in metrics.values())
+        if clip == "dual":
+            torch.testing.assert_close(metrics["actor/clip/frac_dual"], ref.metrics["clip/frac_dual"])
+
+
+@pytest.mark.parametrize("mode", EXPECTED_MODES)
+def test_sequence_level(base_actor, mode):
+    """level=sequence: verl's (B, T) advantages become one value per response; the differentiable style (no
+    per-token form) is reduced with agg_loss's normaliser."""
+    _, divergence, style = mode.split("_")
+    batch_info = BATCH_INFOS["dp2"]
+    config = actor_with(base_actor, batch_info=batch_info, clip="dual", beta=0.05, level="sequence")
+    logp, old, adv, mask = random_batch(seed=3, scale=0.15)
+    loss, grad, _ = verl_loss_and_grad(mode, logp, old, adv, mask, "token-mean", config)
+    adv_seq = adv[:, 0]  # constant along each response; every response has >= 1 token
+    ref = rpg_loss(
+        logp, old, adv_seq, mask, divergence=divergence, style=style, beta=0.05, clip="dual", eps_low=0.2,
+        eps_high=0.28, c=1.5, level="sequence", normalizer=61 / 2,
+    )  # fmt: skip
+    (ref_grad,) = torch.autograd.grad(ref.loss, logp)
+    torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
+
+
+def test_sequence_level_refuses_token_varying_advantages(base_actor):
+    config = actor_with(base_actor, clip=None, level="sequence")
+    logp, old, _, mask = random_batch(seed=4)
+    adv = torch.randn(mask.shape, dtype=F64) * mask  # varies along the response (e.g. GAE)
+    with pytest.raises(ValueError, match="one advantage per response"):
+        verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv, mask, "token-mean", config)
+
+
+@pytest.mark.parametrize("style", ["differentiable", "reinforce"])
+def test_beta_zero_dual_clip_is_verls_ppo_gradient(base_actor, style):
+    """Spec 4.2: with no KL, RPG-Style Clip has exactly PPO dual clip's per-sample gradient (and, differentiable,
+    its value). The reference here is verl's own `vanilla` loss, an independent implementation."""
+    config = actor_with(base_actor, clip="dual", beta=0.0)
+    logp, old, adv, mask = random_batch(seed=5, scale=0.4)
+    loss, grad, metrics = verl_loss_and_grad(f"rpg_urkl_{style}", logp, old, adv, mask, "token-mean", config)
+    vanilla, vanilla_grad, vanilla_metrics = verl_loss_and_grad("vanilla", logp, old, adv, mask, "token-mean", config)
+    torch.testing.assert_close(grad, vanilla_grad, rtol=1e-9, atol=1e-14)
+    if style == "differentiable":
+        torch.testing.assert_close(loss, vanilla, rtol=1e-9, atol=1e-14)
+    # the batch really exercises every region: clipped high, clipped low and the dual cap (c = 1.5)
+    assert vanilla_metrics["actor/pg_clipfrac"] > 0 and vanilla_metrics["actor/pg_clipfrac_lower"] > 0
+    frac_dual = metrics["actor/clip/frac_dual"].item()
+    torch.testing.assert_close(frac_dual, vanilla_metrics["actor/pg_clipfrac_lower"], rtol=1e-6, atol=0)  # verl: fp32
+
+
+def test_rollout_is_weights_multiply_the_per_token_loss(base_actor):
+    config = actor_with(base_actor, clip="dual")
+    logp, old, adv, mask = random_batch(seed=6)
+    weights = torch.rand(mask.shape, dtype=F64) + 0.5
+    loss, grad, _ = verl_loss_and_grad("rpg_ufkl_reinforce", logp, old, adv, mask, "seq-mean-token-mean", config,
+                                       weights)  # fmt: skip
+    ref = rpg_loss(logp, old, adv, mask, divergence="ufkl", style="reinforce", beta=0.05, clip="dual", c=1.5)
+    expected = core_algos.agg_loss(ref.per_token * weights, mask, "seq-mean-token-mean")
+    (expected_grad,) = torch.autograd.grad(expected, logp)
+    torch.testing.assert_close(loss, expected.detach())
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_verl_only_agg_modes_go_through_agg_loss(base_actor):
+    config = actor_with(base_actor, clip="dual")
+    logp, old, adv, mask = random_batch(seed=7)
+    loss, _, _ = verl_loss_and_grad("rpg_rkl_differentiable", logp, old, adv, mask, "token-sum", config)
+    ref = rpg_loss(logp, old, adv, mask, divergence="rkl", style="differentiable", beta=0.05, clip="dual", c=1.5)
+    torch.testing.assert_close(loss, (ref.per_token * mask).sum().detach())
+
+
+def test_refuses_verl_kl_loss_on_top():
+    actor = compose_actor(
+        RPG_TARGET,
+        "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce",
+        "+actor_rollout_ref.actor.policy_loss.beta=1e-4",
+        "+actor_rollout_ref.actor.policy_loss.clip=dual",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+    )
+    logp, old, adv, mask = random_batch(seed=8)
+    with pytest.raises(ValueError, match="use_kl_loss=False"):
+        verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv, mask, "token-mean", actor)
+
+
+def test_refuses_plain_policy_loss_config():
+    actor = compose_actor("actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce")
+    logp, old, adv, mask = random_batch(seed=9)
+    with pytest.raises(ValueError, match="RPGPolicyLossConfig"):
+        verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv, mask, "token-mean", actor)
+
+
+PL = "+actor_rollout_ref.actor.policy_loss."  # adds an RPGPolicyLossConfig field
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ([PL + "clip=dual"], "needs beta and clip"),
+        ([PL + "beta=1e-4"], "needs beta and clip"),
+        ([PL + "beta=-1", PL + "clip=dual"], "beta"),
+        ([PL + "beta=0.1", PL + "clip=ppo"], "clip"),
+        ([PL + "beta=0.1", PL + "clip=null", PL + "level=seq"], "level"),
+        ([PL + "betta=0.1"], "betta"),  # a misspelt key
+    ],
+)
+def test_bad_rpg_options_fail_when_verl_builds_the_config(overrides, match):
+    with pytest.raises(InstantiationException, match=match):
+        compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce", *overrides)
+
+
+def test_rpg_advantage_equals_verls_unscaled_grpo():
+    """The `rpg` estimator is the group mean baseline: verl's grpo with norm_adv_by_std_in_grpo=False (an
+    independent implementation), and a hand-worked case."""
+    g = torch.Generator().manual_seed(0)
+    B, T = 12, 5
+    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (B,), generator=g)[:, None]).float()
+    rewards = torch.zeros(B, T)
+    rewards[torch.arange(B), mask.sum(-1).long() - 1] = torch.randn(B, generator=g)  # reward on the last token
+    index = np.array([f"uid{i % 4}" for i in range(B)][:-1] + ["alone"], dtype=object)  # 3 groups of 3, 1 of 2, 1 of 1
+    adv, returns = core_algos.get_adv_estimator_fn("rpg")(token_level_rewards=rewards, response_mask=mask, index=index)
+    ref, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=False)
+    torch.testing.assert_close(adv, ref)
+    torch.testing.assert_close(returns, adv)
+
+    # by hand: group {1, 2, 6} -> mean 3; a group of one gets mean 0
+    r = torch.tensor([[1.0], [2.0], [6.0], [5.0]])
+    adv, _ = core_algos.get_adv_estimator_fn("rpg")(r, torch.ones(4, 1), np.array(["a", "a", "a", "b"], dtype=object))
+    torch.testing.assert_close(adv[:, 0], torch.tensor([-2.0, -1.0, 3.0, 5.0]))
+
+
+def _run(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+
+
+CHECK_REGISTERED = """
+    import sys
+    import verl  # nothing else: verl loads the plug-in itself
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
+    assert "rpgrl.integrations.verl" in sys.modules
+    missing = [m for m in {modes!r} if m not in POLICY_LOSS_REGISTRY]
+    assert not missing and "rpg" in ADV_ESTIMATOR_REGISTRY, missing
+    print("ok")
+"""
+
+
+def test_import_verl_alone_loads_the_plugin_through_its_entry_point(tmp_path):
+    """What a Ray worker does: a fresh interpreter that only runs `import verl`. The `verl.plugins` entry point is
+    declared by a throw-away distribution on PYTHONPATH, so this checks verl's loading mechanism and that the
+    plug-in imports cleanly inside `verl/__init__` (no circular import), independently of how rpgrl is installed."""
+    dist = tmp_path / "rpgrl_verl_probe-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rpgrl-verl-probe\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[verl.plugins]\nrpgrl = rpgrl.integrations.verl\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    code = CHECK_REGISTERED.format(modes=EXPECTED_MODES)
+    done = _run(code, {"PYTHONPATH": path, "VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_installed_rpgrl_declares_the_entry_point():
+    """pyproject.toml declares `[project.entry-points."verl.plugins"] rpgrl = "rpgrl.integrations.verl"` and the
+    installed metadata carries it (a stale editable install would not)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"].get("entry-points", {})
+    if declared.get("verl.plugins", {}).get("rpgrl") != "rpgrl.integrations.verl":
+        pytest.skip('pyproject.toml does not declare [project.entry-points."verl.plugins"] rpgrl yet')
+    eps = {ep.name: ep.value for ep in metadata.entry_points(group="verl.plugins")}
+    assert eps.get("rpgrl") == "rpgrl.integrations.verl", "reinstall rpgrl (pip install -e .) to refresh metadata"
