@@ -123,6 +123,11 @@ def _worker() -> _Worker:
     return w
 
 
+def start() -> None:
+    """Start this thread's worker without waiting for it (it imports math-verify in the background)."""
+    _worker()
+
+
 def warm_up() -> None:
     """Start this thread's worker now and wait until it is ready (e.g. before a timed evaluation)."""
     _worker().wait_ready()

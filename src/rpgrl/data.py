@@ -1,0 +1,286 @@
+"""Math prompts and answers from files: training sets (parquet / JSONL) and the AIME/AMC evaluation files.
+
+Layouts read:
+
+* verl / DAPO parquet (DAPO-Math-17k, and the eval files of spec 10): `prompt` = chat messages
+  `[{"role": "user", "content": ...}]`, ground truth under `reward_model.ground_truth`, optional `data_source`.
+* JSONL, one object per line: `{"prompt": <question string or chat messages>, "answer": <string or number>}`,
+  optional `data_source`.
+
+Keys are dotted paths into a row (`reward_model.ground_truth`). The default answer key `answer` falls back to
+`reward_model.ground_truth` when a file has no `answer` field, so both layouts load with the defaults.
+
+Duplicates (`load_examples(dedupe=True)`, the default): a row whose (prompt text, answer) equals an earlier row's is
+dropped (DAPO-Math-17k's original release repeats every problem about 100 times); the same prompt text with two
+different answers is an error. The eval files keep their 32 copies: `load_benchmark` groups them into problems.
+
+Every problem with a file is a `UsageError` naming the file and the row (0-based for parquet, 1-based line numbers for
+JSONL): a missing file or column, an empty file, a malformed row. Needs pyarrow (the `math` / `train` extras).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rpgrl.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+Messages = list[dict[str, str]]
+
+# spec 7.5: the user message of the paper's prompt (a question is embedded between PRE and POST)
+DAPO_PRE = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_POST = '\n\nRemember to put your answer on its own line after "Answer:".'
+
+
+DAPO_TEMPLATE = DAPO_PRE + "{question}" + DAPO_POST
+
+
+def dapo_prompt(question: str) -> str:
+    """The paper's user message for `question` (spec 7.5), exactly as stored in the eval files."""
+    return DAPO_TEMPLATE.format(question=question)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training row. `prompt`: a string (used as the user message) or chat messages; `row`: where it came from."""
+
+    prompt: str | Messages
+    answer: str
+    data_source: str
+    row: int
+
+    @property
+    def text(self) -> str:
+        """The prompt's text (messages' contents joined by blank lines): the identity used to group and dedupe."""
+        return prompt_text(self.prompt)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One evaluation problem: its messages, ground truth, and how many copies of it the file holds."""
+
+    data_source: str
+    prompt: Messages
+    answer: str
+    copies: int
+
+    @property
+    def text(self) -> str:
+        return prompt_text(self.prompt)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """The problems of one evaluation file, in order of first appearance. `name` is the file's stem."""
+
+    name: str
+    path: str
+    problems: tuple[Problem, ...]
+
+
+def prompt_text(prompt: str | Messages) -> str:
+    return prompt if isinstance(prompt, str) else "\n\n".join(m["content"] for m in prompt)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reading rows
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
+    """Rows of a parquet or JSONL file as plain dicts, and the word used to locate a row in errors."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"data file not found: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ModuleNotFoundError:
+            raise UsageError("reading parquet needs pyarrow: pip install 'rpgrl[math]'") from None
+        try:
+            rows = pq.read_table(p).to_pylist()
+        except Exception as e:  # pyarrow raises several types for a corrupt / non-parquet file
+            raise UsageError(f"{p}: not a readable parquet file ({str(e).splitlines()[0]})") from None
+        return rows, "row"
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        rows = []
+        with p.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UsageError(f"{p}: line {lineno}: invalid JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise UsageError(f"{p}: line {lineno}: expected a JSON object, got {type(row).__name__}")
+                rows.append({**row, "__line__": lineno})
+        return rows, "line"
+    raise UsageError(f"{p}: unsupported data file type {suffix!r} (use .parquet or .jsonl)")
+
+
+_MISSING = object()
+
+
+def _get(row: dict[str, Any], key: str) -> Any:
+    value: Any = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _resolve_answer_key(rows: list[dict[str, Any]], answer_key: str) -> str:
+    if answer_key == "answer" and _get(rows[0], "answer") is _MISSING:
+        if _get(rows[0], "reward_model.ground_truth") is not _MISSING:
+            return "reward_model.ground_truth"  # the verl / DAPO parquet layout
+    return answer_key
+
+
+def _check_columns(path, rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
+    for key in keys:
+        top = key.split(".")[0]
+        if top not in rows[0]:
+            have = ", ".join(k for k in rows[0] if k != "__line__")
+            raise UsageError(f"{path}: missing column {top!r} (needed for {key!r}; columns: {have})")
+
+
+def _where(path, rows_word: str, i: int, row: dict[str, Any]) -> str:
+    return f"{path}: line {row['__line__']}" if rows_word == "line" else f"{path}: row {i}"
+
+
+def _parse_prompt(value: Any, where: str, key: str) -> str | Messages:
+    if isinstance(value, str):
+        if not value.strip():
+            raise UsageError(f"{where}: {key!r} is an empty string")
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        messages = []
+        for m in value:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise UsageError(f"{where}: {key!r} must be a string or a list of {{role, content}} string messages")
+            messages.append({"role": m["role"], "content": m["content"]})
+        return messages
+    raise UsageError(f"{where}: {key!r} must be a non-empty string or a non-empty list of chat messages")
+
+
+def _parse_answer(value: Any, where: str, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UsageError(f"{where}: {key!r} must be a string or a number, got {type(value).__name__}")
+    text = str(value)
+    if not text.strip():
+        raise UsageError(f"{where}: {key!r} is empty")
+    return text
+
+
+def _parse_rows(path, prompt_key: str, answer_key: str, data_source: str | None) -> list[Example]:
+    rows, word = _read_rows(path)
+    if not rows:
+        raise UsageError(f"{path}: no rows")
+    answer_key = _resolve_answer_key(rows, answer_key)
+    _check_columns(path, rows, [prompt_key, answer_key])
+    out = []
+    for i, row in enumerate(rows):
+        where = _where(path, word, i, row)
+        prompt, answer = _get(row, prompt_key), _get(row, answer_key)
+        if prompt is _MISSING or prompt is None:
+            raise UsageError(f"{where}: missing {prompt_key!r}")
+        if answer is _MISSING or answer is None:
+            raise UsageError(f"{where}: missing {answer_key!r}")
+        source = _get(row, "data_source")
+        source = source if isinstance(source, str) and source else (data_source or Path(path).stem)
+        out.append(
+            Example(
+                prompt=_parse_prompt(prompt, where, prompt_key),
+                answer=_parse_answer(answer, where, answer_key),
+                data_source=source,
+                row=row["__line__"] if word == "line" else i,
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# public loaders
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def load_examples(
+    path: str | Path,
+    *,
+    prompt_key: str = "prompt",
+    answer_key: str = "answer",
+    dedupe: bool = True,
+    question_template: str | None = None,
+) -> list[Example]:
+    """Training examples from a parquet or JSONL file (layouts and duplicate rule in the module docstring).
+
+    question_template: a format string with `{question}` applied to string prompts, e.g. `DAPO_TEMPLATE` for
+    bare questions in a JSONL file; chat-message prompts are used as stored.
+    """
+    examples = _parse_rows(path, prompt_key, answer_key, None)
+    if question_template is not None:
+        examples = [
+            Example(question_template.format(question=e.prompt), e.answer, e.data_source, e.row)
+            if isinstance(e.prompt, str)
+            else e
+            for e in examples
+        ]
+    if not dedupe:
+        return examples
+    first: dict[str, Example] = {}
+    kept = []
+    for e in examples:
+        seen = first.get(e.text)
+        if seen is None:
+            first[e.text] = e
+            kept.append(e)
+        elif seen.answer != e.answer:
+            raise UsageError(
+                f"{path}: rows {seen.row} and {e.row} have the same prompt but different answers "
+                f"({seen.answer!r} vs {e.answer!r})"
+            )
+    if len(kept) < len(examples):
+        logger.info("%s: dropped %d duplicate rows, %d problems left", path, len(examples) - len(kept), len(kept))
+    return kept
+
+
+def load_prompts(
+    path: str | Path, *, prompt_key: str = "prompt", answer_key: str = "answer", dedupe: bool = True
+) -> tuple[list[str | Messages], list[str]]:
+    """(prompts, answers) of a training file: `load_examples` as two parallel lists (what the trainer encodes)."""
+    examples = load_examples(path, prompt_key=prompt_key, answer_key=answer_key, dedupe=dedupe)
+    return [e.prompt for e in examples], [e.answer for e in examples]
+
+
+def load_benchmark(path: str | Path) -> Benchmark:
+    """An evaluation file (spec 10) grouped into problems by (data_source, prompt text), as the authors group them.
+
+    A problem's copies must agree on the ground truth. Chat messages are kept (a string prompt becomes one user
+    message).
+    """
+    examples = _parse_rows(path, "prompt", "answer", None)
+    groups: dict[tuple[str, str], list[Example]] = {}
+    for e in examples:
+        groups.setdefault((e.data_source, e.text), []).append(e)
+    problems = []
+    for (source, _), copies in groups.items():
+        answers = {c.answer for c in copies}
+        if len(answers) > 1:
+            rows = ", ".join(str(c.row) for c in copies[:4])
+            raise UsageError(f"{path}: rows {rows}... are one problem with different answers {sorted(answers)}")
+        head = copies[0]
+        messages = [{"role": "user", "content": head.prompt}] if isinstance(head.prompt, str) else head.prompt
+        problems.append(Problem(source, messages, head.answer, len(copies)))
+    return Benchmark(name=Path(path).stem, path=str(path), problems=tuple(problems))

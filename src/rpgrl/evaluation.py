@@ -1,0 +1,368 @@
+"""Math benchmark evaluation: mean@k, unbiased pass@k and the authors' bootstrap best@k (spec 7.7).
+
+    rpgrl eval --model PATH --data aime-2024.parquet aime25.parquet amc-23.parquet --k 32 --out DIR
+
+Each file is one benchmark (named by its stem). Its rows are grouped into problems by (data_source, prompt text)
+(`rpgrl.data.load_benchmark`); each problem is prompted once and sampled `k` times (temperature 1, top-p 1), which
+is what the authors get from 32 stored copies with one sample each. Responses are scored with
+`rpgrl.rewards.math.math_score` (`--mode strict` = the paper's rule, `equiv` = math-verify equivalence).
+
+Metrics per benchmark, each averaged over problems:
+* `mean@k`: fraction of the k samples that are correct (the paper's headline metric);
+* `pass@j` for j in {1, 2, 4, 8, 16, 32}, j <= k: Chen et al. (2021)'s unbiased estimator 1 - C(k-c, j)/C(k, j),
+  computed exactly; `pass@1 == mean@k`;
+* `best@j` / `worst@j` for j = 2, 4, ... < k and j = k: verl's bootstrap as the authors log it (1000 resamples of
+  size j with replacement, numpy legacy seed 42 re-seeded for every problem and j), the max / min of each resample.
+  Not the empirical "any of k correct": for accuracy p it approaches 1 - (1 - p)^j.
+
+Left out: majority voting (maj@k), per-sample overlong penalties, data-parallel generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from rpgrl.data import Benchmark, Messages, Problem, load_benchmark, prompt_text
+from rpgrl.errors import UsageError
+from rpgrl.rewards.math import MODES, Mode, math_score
+
+PASS_KS = (1, 2, 4, 8, 16, 32)
+BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 1000, 42  # verl's bootstrap_metric defaults, used by the authors
+
+# (problems, n) -> n decoded responses per problem, in problem order: the generation seam
+Sampler = Callable[[Sequence[Problem], int], list[list[str]]]
+
+# ---------------------------------------------------------------------------------------------------------------
+# metrics: pure functions of correctness counts
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of Chen et al. (2021) for `c` correct out of `n` samples: 1 - C(n-c, k) / C(n, k).
+
+    Exact integer arithmetic, rounded once to float (no cancellation, no overflow).
+
+    >>> pass_at_k(4, 1, 2)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    0.5
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    total = math.comb(n, k)
+    return float(Fraction(total - math.comb(n - c, k), total))
+
+
+def bootstrap_best_worst(correct: Sequence[bool | float], k: int) -> tuple[float, float]:
+    """The authors' bootstrap best@k and worst@k of one problem: mean over 1000 resamples (size k, with
+    replacement, `np.random.seed(42)`) of the resample's max / min. Same draws as verl's `bootstrap_metric`."""
+    import numpy as np
+
+    values = np.asarray(correct, dtype=np.float64)  # (n,)
+    idx = np.random.RandomState(BOOTSTRAP_SEED).randint(0, len(values), size=(BOOTSTRAP_RESAMPLES, k))  # (R, k)
+    draws = values[idx]
+    return float(draws.max(axis=1).mean()), float(draws.min(axis=1).mean())
+
+
+def bootstrap_ks(n: int) -> list[int]:
+    """verl's sizes for best@/worst@: 2, 4, 8, ... below n, then n itself."""
+    ks, j = [], 2
+    while j < n:
+        ks.append(j)
+        j *= 2
+    return ks + [n]
+
+
+def benchmark_metrics(correct: Sequence[Sequence[bool]]) -> dict[str, float]:
+    """mean@n, pass@j, best@j, worst@j of a benchmark, averaged over problems.
+
+    correct: one row per problem, n booleans each (every problem has the same n).
+    """
+    if not correct:
+        raise ValueError("benchmark_metrics: no problems")
+    n = len(correct[0])
+    if n == 0 or any(len(row) != n for row in correct):
+        raise ValueError("benchmark_metrics: every problem needs the same number (>= 1) of samples")
+    counts = [sum(bool(x) for x in row) for row in correct]
+    out = {f"mean@{n}": sum(c / n for c in counts) / len(counts)}
+    for j in (j for j in PASS_KS if j <= n):
+        out[f"pass@{j}"] = sum(pass_at_k(n, c, j) for c in counts) / len(counts)
+    for j in bootstrap_ks(n):
+        best_worst = [bootstrap_best_worst(row, j) for row in correct]
+        out[f"best@{j}"] = sum(b for b, _ in best_worst) / len(best_worst)
+        out[f"worst@{j}"] = sum(w for _, w in best_worst) / len(best_worst)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# generation seam
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def encode_messages(tokenizer, messages: Messages, *, max_length: int | None = None) -> list[int]:
+    """Prompt token ids: the chat template with the generation prompt when the tokenizer has one (spec 7.5), else
+    the raw content with the tokenizer's own special tokens. Left-truncated to `max_length` as verl does."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tokenizer(prompt_text(messages))["input_ids"]
+    return list(ids)[-max_length:] if max_length else list(ids)
+
+
+def model_sampler(
+    model,
+    tokenizer,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int | None = None,
+    seed: int = 0,
+    max_prompt_length: int | None = None,
+    progress: bool = False,
+) -> Sampler:
+    """A `Sampler` drawing from `model` with `rpgrl.rollout.sample`: each problem encoded once, n samples of it."""
+    import torch
+
+    from rpgrl.rollout import sample
+
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def draw(problems: Sequence[Problem], n: int) -> list[list[str]]:
+        prompts = [encode_messages(tokenizer, p.prompt, max_length=max_prompt_length) for p in problems]
+        rollout = sample(
+            model,
+            tokenizer,
+            prompts,
+            n=n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            generator=generator,
+            progress=progress,
+        )
+        texts = rollout.texts  # rows i*n .. i*n+n-1 belong to problem i
+        return [texts[i * n : (i + 1) * n] for i in range(len(problems))]
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# orchestration
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchmarkResult:
+    """One benchmark's metrics plus every response and its correctness (problem-major)."""
+
+    name: str
+    problems: list[Problem]
+    responses: list[list[str]]
+    correct: list[list[bool]]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
+    bench = b if isinstance(b, Benchmark) else load_benchmark(b)
+    if limit is not None:
+        bench = Benchmark(bench.name, bench.path, bench.problems[:limit])
+    return bench
+
+
+def run_benchmarks(
+    benchmarks: Sequence[Benchmark | str | Path],
+    sampler: Sampler,
+    *,
+    k: int,
+    mode: Mode = "equiv",
+    limit_problems: int | None = None,
+    timeout: float = 1.0,
+) -> list[BenchmarkResult]:
+    """Sample `k` responses per problem through `sampler`, score them with `math_score`, compute the metrics."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if mode not in MODES:
+        raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
+    benches = [_as_benchmark(b, limit_problems) for b in benchmarks]
+    names = [b.name for b in benches]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two benchmark files share a name: {names}")
+    if mode == "equiv":
+        from rpgrl.rewards import _mathverify
+
+        _mathverify.start()  # the verifier imports sympy while the model generates
+    results = []
+    for bench in benches:
+        problems = list(bench.problems)
+        if not problems:
+            raise UsageError(f"{bench.path}: no problems")
+        responses = sampler(problems, k)
+        if len(responses) != len(problems) or any(len(r) != k for r in responses):
+            raise ValueError(f"sampler returned the wrong shape for {bench.name}: need {len(problems)} x {k}")
+        correct = [
+            [bool(math_score(text, p.answer, mode, timeout=timeout)) for text in texts]
+            for p, texts in zip(problems, responses, strict=True)
+        ]
+        results.append(BenchmarkResult(bench.name, problems, responses, correct, benchmark_metrics(correct)))
+    return results
+
+
+def flat_metrics(results: Sequence[BenchmarkResult]) -> dict[str, float]:
+    """`eval/<benchmark>/<metric>` for every benchmark and metric (the trainer's log format)."""
+    return {f"eval/{r.name}/{key}": value for r in results for key, value in r.metrics.items()}
+
+
+def evaluate(
+    model,
+    tokenizer,
+    benchmarks: Sequence[Benchmark | str | Path],
+    *,
+    k: int = 32,
+    max_new_tokens: int = 2048,
+    mode: Mode = "equiv",
+    batch_size: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    limit_problems: int | None = None,
+    max_prompt_length: int | None = None,
+    progress: bool = False,
+    sampler: Sampler | None = None,
+) -> dict[str, float]:
+    """Flat metrics (`eval/<benchmark>/mean@k`, `.../pass@j`, `.../best@j`, `.../worst@j`) of `model` on the
+    benchmark files or `Benchmark`s; `sampler` replaces the model's generation (tests, other engines)."""
+    if sampler is None:
+        sampler = model_sampler(
+            model,
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            seed=seed,
+            max_prompt_length=max_prompt_length,
+            progress=progress,
+        )
+    results = run_benchmarks(benchmarks, sampler, k=k, mode=mode, limit_problems=limit_problems)
+    return flat_metrics(results)
+
+
+@dataclass
+class EvalTracker:
+    """The paper's "Last" and "Best" (spec 7.7) of one metric per benchmark across a run's evaluations.
+
+    `update(step, metrics)` takes the flat dict of `evaluate`; "Best" is the maximum over the evaluations seen
+    (including step 0 unless `include_step0=False`; the paper does not say), "Last" the latest.
+    """
+
+    metric: str = "mean@32"
+    include_step0: bool = True
+    last: dict[str, tuple[int, float]] = field(default_factory=dict)
+    best: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def update(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """Record one evaluation; returns `eval/<benchmark>/best_<metric>` for logging."""
+        for key, value in metrics.items():
+            parts = key.split("/")
+            if len(parts) != 3 or parts[0] != "eval" or parts[2] != self.metric:
+                continue
+            bench, value = parts[1], float(value)
+            self.last[bench] = (step, value)
+            if (step > 0 or self.include_step0) and (bench not in self.best or value > self.best[bench][1]):
+                self.best[bench] = (step, value)
+        return {f"eval/{b}/best_{self.metric}": v for b, (_, v) in self.best.items()}
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """{benchmark: {"last", "last_step", "best", "best_step"}}."""
+        out = {}
+        for bench, (step, value) in self.last.items():
+            row = {"last": value, "last_step": step}
+            if bench in self.best:
+                row |= {"best": self.best[bench][1], "best_step": self.best[bench][0]}
+            out[bench] = row
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the `rpgrl eval` command
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rpgrl eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="local Hugging Face model folder")
+    p.add_argument("--data", required=True, nargs="+", help="evaluation parquet/JSONL files, one benchmark each")
+    p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")
+    p.add_argument("--out", default=None, help="folder for metrics.json and samples.jsonl (default: print only)")
+    p.add_argument("--max-new-tokens", type=int, default=2048, help="response length limit (paper: 2048)")
+    p.add_argument("--batch-size", type=int, default=8, help="problems per generation chunk (each has k rows)")
+    p.add_argument("--mode", choices=MODES, default="equiv", help="answer check: strict = the paper's rule")
+    p.add_argument("--limit-problems", type=int, default=None, help="first N problems of each benchmark")
+    p.add_argument("--max-prompt-length", type=int, default=2048, help="left-truncate prompts to this many tokens")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    return p
+
+
+def format_table(results: Sequence[BenchmarkResult]) -> str:
+    keys = list(results[0].metrics)
+    keys = [k for k in keys if not k.startswith("worst@")]
+    header = f"{'benchmark':<16}{'problems':>9}" + "".join(f"{k:>10}" for k in keys)
+    rows = [
+        f"{r.name:<16}{len(r.problems):>9}" + "".join(f"{r.metrics.get(k, float('nan')):>10.4f}" for k in keys)
+        for r in results
+    ]
+    return "\n".join([header, *rows])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    for name in ("k", "max_new_tokens", "batch_size", "limit_problems", "max_prompt_length"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    benches = [_as_benchmark(path, args.limit_problems) for path in args.data]  # data errors before model loading
+
+    from rpgrl.models import load_model
+
+    model, tokenizer = load_model(args.model)
+    sampler = model_sampler(
+        model,
+        tokenizer,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        max_prompt_length=args.max_prompt_length,
+        progress=True,
+    )
+    results = run_benchmarks(benches, sampler, k=args.k, mode=args.mode)
+    print(format_table(results))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        report = {
+            "model": args.model,
+            "data": args.data,
+            "k": args.k,
+            "mode": args.mode,
+            "max_new_tokens": args.max_new_tokens,
+            "seed": args.seed,
+            "metrics": flat_metrics(results),
+            "benchmarks": {r.name: {"problems": len(r.problems), **r.metrics} for r in results},
+        }
+        (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
+        with (out / "samples.jsonl").open("w") as f:
+            for r in results:
+                for p, texts, ok in zip(r.problems, r.responses, r.correct, strict=True):
+                    row = {"benchmark": r.name, "data_source": p.data_source, "prompt": p.text, "answer": p.answer}
+                    f.write(json.dumps(row | {"responses": texts, "correct": ok}) + "\n")
+        print(f"wrote {out / 'metrics.json'} and {out / 'samples.jsonl'}", file=sys.stderr)
+    return 0

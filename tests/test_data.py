@@ -1,0 +1,182 @@
+"""Data loaders: the shared eval files (spec 10, section-9 item 26), training layouts, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+from rpgrl.data import (  # noqa: E402
+    DAPO_TEMPLATE,
+    dapo_prompt,
+    load_benchmark,
+    load_examples,
+    load_prompts,
+)
+from rpgrl.errors import UsageError  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+EVAL_FILES = {"aime-2024": 30, "aime25": 30, "amc-23": 40}
+needs_data = pytest.mark.skipif(not (DATA / "aime25.parquet").is_file(), reason="shared eval data not present")
+
+
+# ---------- the shared evaluation files ----------
+
+
+@needs_data
+@pytest.mark.parametrize("name,n_problems", EVAL_FILES.items())
+def test_eval_files_group_into_problems_of_32(name, n_problems):
+    path = DATA / f"{name}.parquet"
+    bench = load_benchmark(path)
+    assert bench.name == name
+    assert len(bench.problems) == n_problems
+    assert all(p.copies == 32 for p in bench.problems)
+    # independent check straight from pyarrow: distinct (data_source, content) pairs and one answer per pair
+    rows = pq.read_table(path).to_pylist()
+    pairs = {(r["data_source"], r["prompt"][0]["content"]): r["reward_model"]["ground_truth"] for r in rows}
+    assert len(pairs) == n_problems
+    assert {(p.data_source, p.text): p.answer for p in bench.problems} == pairs
+    # spec 7.5: every stored prompt is the template around the raw problem
+    assert all(r["prompt"][0]["content"] == dapo_prompt(r["extra_info"]["raw_problem"]) for r in rows)
+    assert all(p.prompt[0]["role"] == "user" and len(p.prompt) == 1 for p in bench.problems)
+
+
+@needs_data
+def test_eval_file_details_of_spec_10():
+    aime24 = load_benchmark(DATA / "aime-2024.parquet")
+    assert {p.data_source for p in aime24.problems} == {"math_dapo"}
+    assert sorted(p.answer for p in aime24.problems).count("104") == 2  # two problems share an answer
+    aime25 = load_benchmark(DATA / "aime25.parquet")
+    assert "336^\\circ" in {p.answer for p in aime25.problems}
+    amc = load_benchmark(DATA / "amc-23.parquet")
+    assert len({p.answer for p in amc.problems}) == 25 and "-1" in {p.answer for p in amc.problems}
+
+
+@needs_data
+def test_training_loader_dedupes_the_eval_layout():
+    path = DATA / "amc-23.parquet"
+    assert len(load_examples(path)) == 40  # 32 copies of each problem collapse to one
+    assert len(load_examples(path, dedupe=False)) == 1280
+    prompts, answers = load_prompts(path)  # default answer key falls back to reward_model.ground_truth
+    assert len(prompts) == len(answers) == 40 and isinstance(prompts[0], list) and prompts[0][0]["role"] == "user"
+
+
+# ---------- training layouts ----------
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def dapo_rows(n: int) -> list[dict]:
+    return [
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": dapo_prompt(f"What is {i}+1?")}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": str(i + 1), "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": i},
+        }
+        for i in range(n)
+    ]
+
+
+def test_dapo_parquet_layout(tmp_path):
+    rows = dapo_rows(5) + dapo_rows(5)  # every problem twice, as DAPO-Math-17k repeats problems
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    ex = load_examples(tmp_path / "train.parquet")
+    assert [e.answer for e in ex] == ["1", "2", "3", "4", "5"]
+    assert [e.row for e in ex] == [0, 1, 2, 3, 4]  # the first copy is kept
+    assert ex[2].prompt == rows[2]["prompt"] and ex[2].data_source == "math_dapo"
+    ex = load_examples(tmp_path / "train.parquet", answer_key="reward_model.ground_truth", dedupe=False)
+    assert len(ex) == 10
+
+
+def test_jsonl_layout(tmp_path):
+    path = write_jsonl(
+        tmp_path / "train.jsonl",
+        [
+            {"prompt": "What is 2+2?", "answer": "4"},
+            "",  # blank lines are skipped
+            {"prompt": [{"role": "user", "content": "Half of 1?"}], "answer": 0.5, "data_source": "toy"},
+            {"prompt": "What is 2+2?", "answer": 4},  # duplicate of line 1 (a number answer becomes "4")
+        ],
+    )
+    ex = load_examples(path)
+    assert [(e.prompt, e.answer, e.data_source, e.row) for e in ex] == [
+        ("What is 2+2?", "4", "train", 1),
+        ([{"role": "user", "content": "Half of 1?"}], "0.5", "toy", 3),
+    ]
+    wrapped = load_examples(path, question_template=DAPO_TEMPLATE)
+    assert wrapped[0].prompt == dapo_prompt("What is 2+2?")
+    assert wrapped[1].prompt == ex[1].prompt  # chat messages are used as stored
+
+
+# ---------- errors: one line, naming the problem and the row ----------
+
+
+def one_line_error(fn, *args, match: str, **kwargs) -> str:
+    with pytest.raises(UsageError, match=match) as info:
+        fn(*args, **kwargs)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_missing_and_unsupported_files(tmp_path):
+    one_line_error(load_examples, tmp_path / "nope.jsonl", match="data file not found: .*nope.jsonl")
+    (tmp_path / "x.csv").write_text("prompt,answer\n")
+    one_line_error(load_examples, tmp_path / "x.csv", match="unsupported data file type '.csv'")
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    one_line_error(load_benchmark, tmp_path / "bad.parquet", match="not a readable parquet file")
+
+
+def test_empty_files(tmp_path):
+    one_line_error(load_examples, write_jsonl(tmp_path / "e.jsonl", []), match="e.jsonl: no rows")
+    table = pa.Table.from_pylist(dapo_rows(1)).slice(0, 0)
+    pq.write_table(table, tmp_path / "e.parquet")
+    one_line_error(load_benchmark, tmp_path / "e.parquet", match="e.parquet: no rows")
+
+
+def test_missing_columns(tmp_path):
+    rows = [{k: v for k, v in r.items() if k != "reward_model"} for r in dapo_rows(2)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
+    msg = one_line_error(load_examples, tmp_path / "t.parquet", match="missing column 'answer'")
+    assert "data_source" in msg  # lists the columns it has
+    one_line_error(
+        load_examples, tmp_path / "t.parquet", answer_key="reward_model.ground_truth", match="column 'reward_model'"
+    )
+    path = write_jsonl(tmp_path / "q.jsonl", [{"question": "2+2", "answer": "4"}])
+    one_line_error(load_examples, path, match="missing column 'prompt'")
+
+
+def test_malformed_rows_name_the_row(tmp_path):
+    cases = [
+        ([{"prompt": "ok", "answer": "1"}, "{not json"], "line 2: invalid JSON"),
+        ([{"prompt": "ok", "answer": "1"}, "[1, 2]"], "line 2: expected a JSON object, got list"),
+        ([{"prompt": "ok", "answer": "1"}, {"prompt": "", "answer": "1"}], "line 2: 'prompt' is an empty string"),
+        ([{"prompt": "ok", "answer": "1"}, {"prompt": "ok2"}], "line 2: missing 'answer'"),
+        ([{"prompt": "ok", "answer": "1"}, {"prompt": "ok2", "answer": None}], "line 2: missing 'answer'"),
+        ([{"prompt": "ok", "answer": True}], "line 1: 'answer' must be a string or a number, got bool"),
+        ([{"prompt": "ok", "answer": " "}], "line 1: 'answer' is empty"),
+        ([{"prompt": [{"role": "user"}], "answer": "1"}], "line 1: 'prompt' must be a string or a list of"),
+        ([{"prompt": 7, "answer": "1"}], "line 1: 'prompt' must be a non-empty string or a non-empty list"),
+        ([{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": "2"}], "rows 1 and 2 have the same prompt"),
+    ]
+    for i, (rows, match) in enumerate(cases):
+        one_line_error(load_examples, write_jsonl(tmp_path / f"m{i}.jsonl", rows), match=match)
+    rows = dapo_rows(3)
+    rows[2]["prompt"] = []
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "m.parquet")
+    one_line_error(load_examples, tmp_path / "m.parquet", match=r"m.parquet: row 2: 'prompt' must be")
+
+
+def test_benchmark_copies_must_agree(tmp_path):
+    rows = dapo_rows(2) + dapo_rows(2)
+    rows[3]["reward_model"] = {"ground_truth": "999", "style": "x"}
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "b.parquet")
+    one_line_error(load_benchmark, tmp_path / "b.parquet", match=r"rows 1, 3\.\.\. are one problem with different")

@@ -1,0 +1,269 @@
+"""Evaluation: pass@k / mean@k / bootstrap best@k against independent references, the evaluation path with
+stand-in samplers on the shared files (section-9 item 26), the tracker, and the `rpgrl eval` CLI on a tiny model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rpgrl.data import Benchmark, Problem, load_benchmark
+from rpgrl.errors import UsageError
+from rpgrl.evaluation import (
+    EvalTracker,
+    benchmark_metrics,
+    bootstrap_best_worst,
+    bootstrap_ks,
+    encode_messages,
+    evaluate,
+    pass_at_k,
+    run_benchmarks,
+)
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+EVAL_FILES = {"aime-2024": 30, "aime25": 30, "amc-23": 40}
+needs_data = pytest.mark.skipif(not (DATA / "aime25.parquet").is_file(), reason="shared eval data not present")
+
+
+# ---------- metrics against brute force ----------
+
+
+def pass_at_k_brute(outcomes: list[bool], k: int) -> Fraction:
+    """Fraction of the k-subsets of the samples that contain at least one correct sample."""
+    subsets = list(itertools.combinations(range(len(outcomes)), k))
+    return Fraction(sum(any(outcomes[i] for i in s) for s in subsets), len(subsets))
+
+
+def test_pass_at_k_matches_subset_enumeration():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            outcomes = [True] * c + [False] * (n - c)
+            random.Random(n * 10 + c).shuffle(outcomes)  # the order of samples does not matter
+            for k in range(1, n + 1):
+                assert pass_at_k(n, c, k) == float(pass_at_k_brute(outcomes, k)), (n, c, k)
+
+
+def test_pass_at_k_edge_cases_and_stability():
+    assert pass_at_k(32, 0, 32) == 0.0 and pass_at_k(32, 32, 1) == 1.0
+    assert pass_at_k(32, 1, 32) == 1.0  # any correct sample: pass@n = 1
+    assert math.isclose(pass_at_k(32, 16, 2), 1 - (16 * 15) / (32 * 31))  # closed form for k = 2
+    for c in range(33):
+        assert pass_at_k(32, c, 1) == c / 32  # pass@1 is the accuracy
+    # large n: exact, monotone in k, no cancellation (1 - C(n-c,k)/C(n,k) with c = 1 is k/n exactly)
+    assert pass_at_k(10_000, 1, 37) == 37 / 10_000
+    vals = [pass_at_k(1000, 3, k) for k in range(1, 1001)]
+    assert all(a <= b for a, b in zip(vals[:-1], vals[1:], strict=True)) and vals[-1] == 1.0
+    with pytest.raises(ValueError, match="need 0 <= c <= n"):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        pass_at_k(4, 1, 5)
+
+
+def authors_bootstrap(values: list[float], subset_size: int) -> tuple[float, float]:
+    """verl's bootstrap_metric loop as the authors run it: global seed 42, 1000 np.random.choice draws."""
+    np.random.seed(42)
+    best, worst = [], []
+    for _ in range(1000):
+        draw = [values[i] for i in np.random.choice(len(values), size=subset_size, replace=True)]
+        best.append(np.max(draw))
+        worst.append(np.min(draw))
+    return float(np.mean(best)), float(np.mean(worst))
+
+
+def test_bootstrap_matches_the_authors_loop():
+    rng = random.Random(0)
+    for n, p in [(32, 0.1), (32, 0.5), (5, 0.4), (3, 0.7), (1, 1.0)]:
+        values = [rng.random() < p for _ in range(n)]
+        for k in bootstrap_ks(n):
+            assert bootstrap_best_worst(values, k) == pytest.approx(authors_bootstrap(values, k), abs=1e-12)
+
+
+def test_bootstrap_best_is_not_any_of_k():
+    # one correct sample of 32: "any of 32 correct" is 1, the bootstrap best@32 is about 1 - (31/32)^32 = 0.64
+    best, worst = bootstrap_best_worst([True] + [False] * 31, 32)
+    assert abs(best - (1 - (31 / 32) ** 32)) < 0.05 and worst == 0.0
+    assert bootstrap_ks(32) == [2, 4, 8, 16, 32] and bootstrap_ks(5) == [2, 4, 5] and bootstrap_ks(1) == [1]
+
+
+def test_benchmark_metrics_by_hand():
+    correct = [[True, False, False, False], [True, True, False, True], [False] * 4]
+    m = benchmark_metrics(correct)
+    assert set(m) == {"mean@4", "pass@1", "pass@2", "pass@4", "best@2", "best@4", "worst@2", "worst@4"}
+    assert m["mean@4"] == pytest.approx((1 / 4 + 3 / 4 + 0) / 3, abs=1e-15)
+    assert m["pass@1"] == pytest.approx(m["mean@4"], abs=1e-15)
+    assert m["pass@2"] == pytest.approx((1 / 2 + 1 + 0) / 3, abs=1e-15)  # 1 - C(3,2)/C(4,2) = 1/2; 1 - 0 = 1
+    assert m["pass@4"] == pytest.approx(2 / 3, abs=1e-15)
+    ref = [authors_bootstrap([float(x) for x in row], 2) for row in correct]
+    assert m["best@2"] == pytest.approx(sum(b for b, _ in ref) / 3, abs=1e-12)
+    assert set(benchmark_metrics([[True] * 32])) >= {f"pass@{k}" for k in (1, 2, 4, 8, 16, 32)} | {"mean@32"}
+    with pytest.raises(ValueError, match="same number"):
+        benchmark_metrics([[True], [True, False]])
+
+
+# ---------- the evaluation path with stand-in samplers ----------
+
+
+def oracle(problems, n):  # always the ground truth, in the paper's format
+    return [[f"Let me think.\nAnswer: {p.answer}"] * n for p in problems]
+
+
+def garbage(problems, n):  # never an answer, or a wrong one
+    return [[("I do not know.", f"Answer: {p.answer}0", "\\boxed{}")[j % 3] for j in range(n)] for p in problems]
+
+
+@needs_data
+@pytest.mark.parametrize("mode", ["equiv", "strict"])
+def test_oracle_scores_one_and_garbage_scores_zero(mode):
+    files = [DATA / f"{name}.parquet" for name in EVAL_FILES]
+    t0 = time.monotonic()
+    good = evaluate(None, None, files, k=32, mode=mode, sampler=oracle)
+    assert {key.split("/")[1] for key in good} == set(EVAL_FILES)
+    assert all(value == 1.0 for value in good.values()), good
+    for name in EVAL_FILES:
+        assert {f"eval/{name}/mean@32", f"eval/{name}/pass@32", f"eval/{name}/best@32"} <= set(good)
+    bad = evaluate(None, None, files, k=6, mode=mode, sampler=garbage)
+    assert all(value == 0.0 for value in bad.values()), bad
+    assert time.monotonic() - t0 < 30
+
+
+@needs_data
+def test_grouping_samples_each_problem_once_with_n_copies():
+    calls = []
+
+    def spy(problems, n):
+        calls.append((len(problems), n, len({p.text for p in problems})))
+        return oracle(problems, n)
+
+    results = run_benchmarks([DATA / f"{name}.parquet" for name in EVAL_FILES], spy, k=32)
+    assert calls == [(30, 32, 30), (30, 32, 30), (40, 32, 40)]
+    assert [len(r.problems) for r in results] == [30, 30, 40]
+
+
+def test_partially_right_sampler_gives_the_expected_metrics():
+    problems = [Problem("toy", [{"role": "user", "content": f"q{i}"}], str(i), 1) for i in range(5)]
+    n_right = [0, 1, 3, 7, 8]
+
+    def sampler(ps, n):
+        return [
+            [f"Answer: {p.answer}" if j < c else "Answer: x" for j in range(n)]
+            for p, c in zip(ps, n_right, strict=True)
+        ]
+
+    m = evaluate(None, None, [Benchmark("toy", "-", tuple(problems))], k=8, mode="strict", sampler=sampler)
+    assert m["eval/toy/mean@8"] == pytest.approx(sum(c / 8 for c in n_right) / 5, abs=1e-15)
+    for k in (1, 2, 4, 8):
+        assert m[f"eval/toy/pass@{k}"] == pytest.approx(sum(pass_at_k(8, c, k) for c in n_right) / 5, abs=1e-15)
+
+
+def test_bad_sampler_shape_and_bad_k():
+    bench = Benchmark("toy", "-", (Problem("toy", [{"role": "user", "content": "q"}], "1", 1),))
+    with pytest.raises(ValueError, match="wrong shape"):
+        run_benchmarks([bench], lambda ps, n: [["Answer: 1"]], k=2)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        run_benchmarks([bench], oracle, k=0)
+
+
+def test_tracker_last_and_best():
+    t = EvalTracker(metric="mean@32")
+    t.update(0, {"eval/aime/mean@32": 0.5, "eval/aime/pass@1": 0.5, "eval/amc/mean@32": 0.1})
+    t.update(10, {"eval/aime/mean@32": 0.4, "eval/amc/mean@32": 0.3})
+    logged = t.update(20, {"eval/aime/mean@32": 0.45, "eval/amc/mean@32": 0.2})
+    assert logged == {"eval/aime/best_mean@32": 0.5, "eval/amc/best_mean@32": 0.3}
+    assert t.summary()["aime"] == {"last": 0.45, "last_step": 20, "best": 0.5, "best_step": 0}
+    t0 = EvalTracker(metric="mean@32", include_step0=False)
+    t0.update(0, {"eval/aime/mean@32": 0.5})
+    t0.update(10, {"eval/aime/mean@32": 0.4})
+    assert t0.summary()["aime"]["best"] == 0.4  # the pre-training evaluation is not a candidate for "Best"
+
+
+# ---------- prompts and the real model path ----------
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from rpgrl.models import build_byte_tokenizer, build_tiny_model
+
+    torch.set_num_threads(2)
+    tok = build_byte_tokenizer()
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64, max_positions=1024)
+    path = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_encode_messages_uses_the_chat_template_when_present():
+    pytest.importorskip("transformers")
+    from rpgrl.models import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    messages = [{"role": "user", "content": "What is 1+1?"}]
+    assert tok.decode(encode_messages(tok, messages)) == "<|user|>\nWhat is 1+1?\n<|assistant|>\n"
+    tok.chat_template = None
+    raw = encode_messages(tok, messages)
+    assert raw[0] == tok.bos_token_id and tok.decode(raw, skip_special_tokens=True) == "What is 1+1?"
+    assert len(encode_messages(tok, messages, max_length=5)) == 5  # left truncation keeps the end
+
+
+@needs_data
+def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
+    from rpgrl.cli import main
+
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    code = main(
+        ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--k", "4",
+         "--limit-problems", "3", "--max-new-tokens", "8", "--batch-size", "2", "--out", str(out), "--seed", "1"]
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "amc-23" in printed and "mean@4" in printed
+    report = json.loads((out / "metrics.json").read_text())
+    assert report["k"] == 4 and report["benchmarks"]["amc-23"]["problems"] == 3
+    assert set(report["metrics"]) >= {"eval/amc-23/mean@4", "eval/amc-23/pass@4", "eval/amc-23/best@4"}
+    assert all(0.0 <= v <= 1.0 for v in report["metrics"].values())
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    expected = load_benchmark(DATA / "amc-23.parquet").problems[:3]
+    assert [s["answer"] for s in samples] == [p.answer for p in expected]
+    assert all(len(s["responses"]) == 4 and len(s["correct"]) == 4 for s in samples)
+    assert elapsed < 30, elapsed
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--model", "m", "--data", "nope.parquet"], "data file not found"),
+        (["--model", "m", "--data", "x.parquet", "--k", "0"], "--k must be >= 1"),
+        (["--model", "m", "--data", "x.parquet", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    ],
+)
+def test_rpgrl_eval_cli_user_errors(argv, match, capsys):
+    from rpgrl.cli import main
+
+    assert main(["eval", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err
+
+
+@needs_data
+def test_rpgrl_eval_cli_missing_model(tmp_path, capsys):
+    from rpgrl.cli import main
+
+    assert main(["eval", "--model", str(tmp_path / "none"), "--data", str(DATA / "amc-23.parquet")]) == 2
+    assert "model folder not found" in capsys.readouterr().err
+
+
+def test_usage_error_for_duplicate_benchmark_names(tmp_path):
+    bench = Benchmark("toy", "-", (Problem("toy", [{"role": "user", "content": "q"}], "1", 1),))
+    with pytest.raises(UsageError, match="share a name"):
+        run_benchmarks([bench, bench], oracle, k=1)
