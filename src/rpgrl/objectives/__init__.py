@@ -20,6 +20,7 @@ from rpgrl.objectives.base import LOSSES, LossFn, LossOutput, get_loss, register
 from rpgrl.objectives.baselines import dapo_loss, grpo_loss, ppo_loss, reinforce_pp_loss
 from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k1, k2, k3, kl_penalty
 from rpgrl.objectives.reduce import AGG_MODES, aggregate, masked_mean, masked_sum
+from rpgrl.objectives.rpg import rpg_loss
 
 __all__ = [
     "AGG_MODES",
@@ -41,4 +42,5 @@ __all__ = [
     "ppo_loss",
     "register_loss",
     "reinforce_pp_loss",
+    "rpg_loss",
 ]

@@ -1,0 +1,103 @@
+"""The four RPG divergences as scalar functions of a log-ratio (spec 2.1, paper Table 1).
+
+Every variant is defined by one scalar function `phi` of the ratio `u = pi_theta / pi_a` (`pi_a` the KL anchor):
+
+    D(theta) = E_{x~pi_a}[ phi(u(x)) ]        differentiable surrogate term:  rho * phi(u)
+    REINFORCE-weight KL part:                  C = -beta * rho * u * phi'(u)
+
+with samples from the sampler `pi_s`, `rho = pi_a / pi_s` (constant) and `w = rho * u = pi_theta / pi_s`. When the
+anchor is the sampler (the paper's setting), `rho = 1` and `u = w`.
+
+| divergence | D                     | phi(u)                | u * phi'(u)   | phi'(u)     |
+|------------|-----------------------|-----------------------|---------------|-------------|
+| fkl        | KL(pi_a || pi_theta)  | -log u                | -1            | -1/u        |
+| rkl        | KL(pi_theta || pi_a)  | u log u               | u (log u + 1) | log u + 1   |
+| ufkl       | UKL(pi_a || pi_theta) | u - 1 - log u = k3(u) | u - 1         | 1 - 1/u     |
+| urkl       | UKL(pi_theta || pi_a) | u log u - u + 1       | u log u       | log u       |
+
+All functions take `log_u` (any shape: `(B, T)` per token, `(B,)` per sequence) and optionally `u = exp(log_u)` when
+the caller already has it, so no exponential is computed twice. They work in log space: nothing exponentiates a
+quantity that is not itself the answer (a sequence-level `log_u` of -1e4 gives finite values).
+"""
+
+from __future__ import annotations
+
+import torch
+
+DIVERGENCES = ("fkl", "rkl", "ufkl", "urkl")
+
+
+def _check(divergence: str) -> None:
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"unknown divergence {divergence!r}; valid: {', '.join(DIVERGENCES)}")
+
+
+def phi(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+    """phi(u) of the table above; `phi(1) = 0` for all four."""
+    _check(divergence)
+    if divergence == "fkl":
+        return -log_u
+    u = torch.exp(log_u) if u is None else u
+    if divergence == "rkl":
+        return u * log_u
+    if divergence == "ufkl":
+        return (u - 1) - log_u
+    return u * log_u - (u - 1)  # urkl
+
+
+def u_dphi(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+    """u * phi'(u): the derivative of phi(u) with respect to log u (so d(rho phi(u))/d logp = rho u phi'(u))."""
+    _check(divergence)
+    if divergence == "fkl":
+        return torch.full_like(log_u, -1.0)
+    u = torch.exp(log_u) if u is None else u
+    if divergence == "rkl":
+        return u * (log_u + 1)
+    if divergence == "ufkl":
+        return u - 1
+    return u * log_u  # urkl
+
+
+def dphi(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+    """phi'(u). Equals C / (-beta w): the KL part of the effective advantage A' = A - beta phi'(u) (spec 4.2).
+
+    For fkl/ufkl this is 1/u, which is +inf when u underflows; only its sign is used downstream."""
+    _check(divergence)
+    if divergence == "rkl":
+        return log_u + 1
+    if divergence == "urkl":
+        return log_u
+    inv_u = torch.exp(-log_u) if u is None else 1 / u
+    return -inv_u if divergence == "fkl" else 1 - inv_u
+
+
+def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+    """phi(u) / u, so that `A_hat = A - beta * phi(u)/u` gives `-w * A_hat = -w A + beta * rho * phi(u)` exactly
+    (the per-sample exact Algorithm-1 advantage analogue, spec 4.1 last bullet)."""
+    _check(divergence)
+    if divergence == "rkl":
+        return log_u
+    inv_u = torch.exp(-log_u) if u is None else 1 / u
+    if divergence == "fkl":
+        return -log_u * inv_u
+    if divergence == "ufkl":
+        return 1 - (1 + log_u) * inv_u
+    return log_u - 1 + inv_u  # urkl
+
+
+def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | None = None) -> torch.Tensor:
+    """rho * phi(u): the per-sample divergence term of the differentiable surrogate; its mean under the sampler is D.
+
+    `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1)."""
+    val = phi(divergence, log_u)
+    return val if log_rho is None else torch.exp(log_rho) * val
+
+
+def kl_component(
+    divergence: str, log_u: torch.Tensor, beta: float, log_rho: torch.Tensor | None = None
+) -> torch.Tensor:
+    """C = -beta * rho * u * phi'(u), the KL part of the REINFORCE weight `Weight = w A + C` (spec 4.2).
+
+    Anchor = sampler: C_fkl = beta, C_rkl = -beta w (log w + 1), C_ufkl = -beta (w - 1), C_urkl = -beta w log w."""
+    val = -beta * u_dphi(divergence, log_u)
+    return val if log_rho is None else torch.exp(log_rho) * val

@@ -1,0 +1,424 @@
+"""`rpg_loss`: the eight RPG surrogates (4 divergences x 2 styles) at token or sequence level, with RPG-Style Clip.
+
+What it leaves out: advantage estimation (`rpgrl.advantages`), GRPO/DAPO/REINFORCE++ losses (`objectives.baselines`),
+reference management (the trainer passes `anchor_logp`). Math follows `docs/rpg-spec.md` sections 2 and 4; the
+scalar divergence functions live in `objectives/divergences.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from rpgrl.objectives import divergences as dv
+from rpgrl.objectives.base import LossOutput, register_loss
+from rpgrl.objectives.reduce import AGG_MODES, aggregate
+
+STYLES = ("differentiable", "reinforce")
+LEVELS = ("token", "sequence")
+CLIPS = (None, "dual", "truncate")
+BRANCHES = ("effective", "raw")
+ANALOGUES = ("exact", "paper")
+
+
+@register_loss("rpg")
+def rpg_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    divergence: Literal["fkl", "rkl", "ufkl", "urkl"],
+    style: Literal["differentiable", "reinforce"],
+    beta: float,
+    level: Literal["token", "sequence"] = "token",
+    agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean",
+    clip: Literal["dual", "truncate"] | None = None,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    c: float = 10.0,
+    branch: Literal["effective", "raw"] = "effective",
+    kl_in_clip: bool = True,
+    analogue: Literal["exact", "paper"] = "exact",
+    kl_value_clamp: float | None = None,
+    max_log_w: float | None = None,
+    anchor_logp: torch.Tensor | None = None,
+    normalizer: float | torch.Tensor | None = None,
+) -> LossOutput:
+    """KL-regularised policy-gradient loss of RPG (paper Sec. 3-4, Table 1, Alg. 1-2; spec 2.1, 2.4, 4.1-4.3).
+
+    Objective maximised: J = E_{pi_theta}[A] - beta * D(pi_theta, pi_a), D one of fkl/rkl/ufkl/urkl (see
+    `divergences.py`). Samples come from the sampler pi_s (`old_logp`); the anchor pi_a is `anchor_logp` (default:
+    the sampler, as in the paper). With u = pi_theta/pi_a, rho = pi_a/pi_s (constant), w = rho u = pi_theta/pi_s:
+
+        differentiable, per unit:  l = -w A + beta rho phi(u)                          (spec 2.1 l_diff)
+        reinforce, per unit:       l = -SG(w A + C) * logp,   C = -beta rho u phi'(u)   (spec 2.1 l_RF, 4.2 C)
+
+    Both have per-unit gradient -(w A + C) * grad logp, and E_{pi_s}[grad l] = -grad J exactly at any theta when
+    `level="sequence"` (proved by `rpgrl verify`).
+
+    level="token" (the authors' code, spec 1.4/2.4): a unit is a token; w_t = exp(logp_t - old_logp_t), the KL term
+        is the per-token phi(u_t), A_i is broadcast to the response's tokens. Exact for the KL part (forward KL
+        chain rule; reverse KL = prefix-averaged reverse KL under pi_s, spec 2.4); the reward term -w_t A is the PPO
+        first-order surrogate (exact gradient only at theta = theta_old).
+    level="sequence" (the paper): a unit is a response; log w(x) = sum_t mask (logp - old_logp), all in log space
+        (w log w = exp(log_w) log_w), and the REINFORCE coefficient multiplies every token's logp. Needs (B,)
+        advantages.
+
+    clip=None: no clipping. clip="dual" (RPG-Style Clip, bounds lo = 1 - eps_low, hi = 1 + eps_high, cap c > 1):
+      style="differentiable" (paper Alg. 1, spec 4.1): l = -A_hat * clamp(w, 0, hi) if A_hat >= 0, else
+        -A_hat * clamp(w, lo, c); gradient flows through w (where unclipped) and through A_hat.
+        `kl_in_clip=True`, `analogue="exact"`: A_hat = A - beta phi(u)/u, so -w A_hat = l_diff exactly and huge
+          eps/c reproduce the unclipped loss per sample. Caveat: in the clipped region the regulariser is scaled by
+          clip(w)/w, which is large when w -> 0 (e.g. fkl/ufkl/urkl at sequence level with log w << 0).
+        `analogue="paper"` (spec 4.1): urkl A_hat = A - beta log u, rkl A_hat = A - beta (log u + 1) (right
+          expected gradient, per-sample gradient off by beta w s); fkl/ufkl A_hat = A with beta rho phi(u) added
+          unclipped (the paper's "A_hat = R - b" for forward KL).
+        `kl_in_clip=False`: the released code (spec 4.3 iv): PPO dual clip on A only + unclipped beta rho phi(u);
+          with `kl_value_clamp=10.0` and branch="raw" this is the authors' loss for rkl/ufkl/urkl (they never
+          clamp fkl, so the faithful fkl setting is kl_value_clamp=None).
+      style="reinforce" (paper Alg. 2, spec 4.2 table): effective advantage A' = A + C/w = A - beta phi'(u);
+        rows 1/4 (active): l = -SG(w A + C) logp; rows 2/3/5 (clipped): l = -(A w_b + C_b) SG(logp) with
+        w_b = hi, lo or c: zero gradient, KL part included. C uses the raw ratio (paper, not the code's clip(w));
+        only the clipped rows' value takes C_b = C at w_b (the paper's C(w) there overflows for long sequences and
+        the value carries no gradient).
+      `branch="effective"`: positive branch iff A_hat >= 0 (resp. A' >= 0), as the paper; "raw": iff A > 0, the
+        released code's `sign(A)` (A = 0 goes to the negative branch, as in its compute_policy_loss_reinforce).
+    clip="truncate" (style="reinforce" only; paper Remark F.2, code `clip_hard`): l = -SG(wc A + C(wc)) logp with
+        wc = clamp(w, lo, hi) and u_c = wc/rho inside C; never masked.
+
+    Guards (off by default, each counted in a metric):
+      `kl_value_clamp=K`: clamp the separate KL term beta-less value rho phi(u) to [-K, K] (the authors' +-10; zero
+        gradient outside). Only where the KL is a separate term (differentiable, clip=None or kl_in_clip=False).
+      `max_log_w=M`: clamp log w (per unit) to <= M before anything else (zero gradient above).
+    Without guards, an overflowing loss (e.g. unclipped w = exp(5000) at sequence level) raises ValueError instead
+    of returning inf/NaN.
+
+    Aggregation (`agg`, `normalizer` as in `reduce.aggregate`): a sequence-level unit's loss l_i is treated as
+    response i's token-sum: token-mean -> sum_i l_i / N_tok; seq-mean-token-sum -> sum_i l_i / B (the paper-exact
+    unbiased estimate of -J); seq-mean-token-mean -> sum_i l_i / (L_i B). Pass the global count as `normalizer`
+    under micro-batching.
+
+    Shapes:
+        logp, old_logp, mask, anchor_logp: (B, T); advantages: (B,) or (B, T) (token level only).
+        per_token: (B, T), zero at padding; None for style="differentiable" at level="sequence" (not a sum of
+        per-token terms). logp/old_logp/anchor_logp must be float32 or float64 (same dtype, also advantages);
+        mask is bool or 0/1 numbers.
+
+    Detached: old_logp, anchor_logp, advantages (constants); the whole REINFORCE coefficient SG(w A + C); clipped
+    rows' logp (style="reinforce"). Padding (mask 0) may hold anything, NaN included; it never reaches the loss or
+    gradient. Metrics are detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same
+    aggregation), loss/policy (= total - kl), kl/<divergence> (mean over responses of the per-response estimate
+    sum_units rho phi(u)), kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a) estimate),
+    kl/k1_old (token mean of old_logp - logp), log_w/max, log_w/min (over units), clip/frac_low, clip/frac_high,
+    clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp.
+    """
+    _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c)
+    _check_guards(kl_value_clamp, max_log_w)
+    sep_kl = style == "differentiable" and (clip is None or _kl_separate(kl_in_clip, analogue, divergence))
+    if kl_value_clamp is not None and not sep_kl:
+        raise ValueError(
+            "kl_value_clamp clamps a separate KL term: use style='differentiable' with clip=None or kl_in_clip=False"
+        )
+    mask_b = _check_tensors(logp, old_logp, advantages, mask, anchor_logp, level)
+    mask_f = mask_b.to(logp.dtype)
+    old_logp, advantages = old_logp.detach(), advantages.detach()
+
+    # Per-token log-ratios, zeroed at padding so garbage there never reaches exp() or backward().  (B, T)
+    log_w_tok = torch.where(mask_b, logp - old_logp, 0.0)
+    log_rho_tok = None if anchor_logp is None else torch.where(mask_b, anchor_logp.detach() - old_logp, 0.0)
+    adv = torch.where(mask_b, advantages, 0.0) if advantages.dim() == 2 else advantages
+    if level == "sequence":
+        log_w = log_w_tok.sum(-1)  # (B,)
+        log_rho = None if log_rho_tok is None else log_rho_tok.sum(-1)  # (B,)
+        total = log_w.detach().sum()
+    else:
+        log_w, log_rho = log_w_tok, log_rho_tok  # (B, T)
+        adv = adv if adv.dim() == 2 else adv[:, None]  # (B, 1) broadcasts over T
+        total = log_w.detach().sum()
+    if log_rho is not None:
+        total = total + log_rho.sum()
+    _check_finite(total + adv.sum(), logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b)
+
+    n_tok = mask_f.sum()
+    unit_mask = mask_b if level == "token" else None
+
+    def unit_mean(x: torch.Tensor) -> torch.Tensor:  # fraction/mean over units (tokens or sequences), detached
+        if unit_mask is None:
+            return x.to(logp.dtype).mean()
+        return torch.where(unit_mask, x, 0).to(logp.dtype).sum() / n_tok
+
+    metrics: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        lw = log_w.detach()
+        inf = torch.tensor(math.inf, dtype=lw.dtype, device=lw.device)
+        metrics["log_w/max"] = lw.max() if unit_mask is None else torch.where(unit_mask, lw, -inf).max()
+        metrics["log_w/min"] = lw.min() if unit_mask is None else torch.where(unit_mask, lw, inf).min()
+        if max_log_w is not None:
+            metrics["clip/frac_max_log_w"] = unit_mean(lw > max_log_w)
+    if max_log_w is not None:
+        log_w = log_w.clamp(max=max_log_w)
+    log_u = log_w if log_rho is None else log_w - log_rho
+
+    bounds = _Bounds(eps_low, eps_high, c)
+    kl_unit = None  # rho * phi(u) per unit (beta-less), when the loss already computed it
+    if style == "differentiable":
+        loss_unit, kl_unit = _differentiable(
+            log_w, log_u, log_rho, adv, divergence, beta, clip, bounds, branch, sep_kl, analogue, kl_value_clamp,
+            unit_mean, metrics,
+        )  # fmt: skip
+        if level == "sequence":
+            per_token = None
+            loss = _aggregate_sequences(loss_unit, mask_f, agg, normalizer)
+        else:
+            per_token = loss_unit * mask_f  # zero at padding (everything there is finite)
+            loss = aggregate(per_token, mask_f, agg, normalizer)
+    else:
+        with torch.no_grad():
+            coef, active = _reinforce_coef(
+                log_w.detach(), log_u.detach(), log_rho, adv, divergence, beta, clip, bounds, branch, unit_mean, metrics
+            )
+        lp = torch.where(mask_b, logp, 0.0)  # (B, T)
+        if level == "sequence":
+            coef = coef[:, None]
+            active = None if active is None else active[:, None]
+        if active is not None:  # clipped rows of Alg. 2: value kept, gradient cut
+            lp = torch.where(active, lp, lp.detach())
+        per_token = -coef * lp
+        loss = aggregate(per_token, mask_f, agg, normalizer)
+
+    if not torch.isfinite(loss):
+        raise ValueError(
+            f"rpg_loss overflowed (loss = {loss.item()}, max log w per {level} = {log_w.max().item():.6g}): the ratio "
+            "is too large to represent; use clip='dual', smaller steps, or max_log_w"
+        )
+    with torch.no_grad():
+        if kl_unit is None:
+            kl_unit = dv.regularizer(divergence, log_u.detach(), log_rho)
+        kl_unit = kl_unit.detach()
+        if level == "sequence":
+            kl_loss = beta * _aggregate_sequences(kl_unit, mask_f, agg, normalizer)
+            metrics[f"kl/{divergence}"] = kl_unit.mean()
+        else:
+            kl_tok = kl_unit * mask_f
+            kl_loss = beta * aggregate(kl_tok, mask_f, agg, normalizer)
+            metrics[f"kl/{divergence}"] = kl_tok.sum() / kl_tok.shape[0]
+        lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
+        metrics["kl/k3_anchor"] = (torch.expm1(-lu_tok) + lu_tok).mul_(mask_f).sum() / n_tok
+        metrics["kl/k1_old"] = -log_w_tok.detach().sum() / n_tok
+        metrics["loss/total"] = loss.detach()
+        metrics["loss/kl"] = kl_loss
+        metrics["loss/policy"] = loss.detach() - kl_loss
+    return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
+
+
+class _Bounds:
+    """Clip bounds in linear and log space (log(0) = -inf, so eps_low = 1 means no lower clip)."""
+
+    def __init__(self, eps_low: float, eps_high: float, c: float):
+        self.lo, self.hi, self.c = 1.0 - eps_low, 1.0 + eps_high, c
+        self.log_lo = math.log(self.lo) if self.lo > 0 else -math.inf
+        self.log_hi, self.log_c = math.log(self.hi), math.log(c)
+
+
+def _pick(cond: torch.Tensor, a: float, b: float, like: torch.Tensor) -> torch.Tensor:
+    """torch.where(cond, a, b) for two scalars, in `like`'s dtype and device."""
+    return torch.where(cond, torch.tensor(a, dtype=like.dtype, device=like.device), b)
+
+
+def _inside(bound: float, direction: int, like: torch.Tensor) -> torch.Tensor:
+    """The representable value next to `bound` (in `like`'s dtype) towards +inf (direction +1) or -inf (-1)."""
+    x = torch.tensor(bound, dtype=like.dtype, device=like.device)
+    return torch.nextafter(x, torch.tensor(direction * math.inf, dtype=like.dtype, device=like.device))
+
+
+def _kl_separate(kl_in_clip: bool, analogue: str, divergence: str) -> bool:
+    """Is the KL a separate, unclipped term under clip='dual' (differentiable style)?"""
+    return not kl_in_clip or (analogue == "paper" and divergence in ("fkl", "ufkl"))
+
+
+def _differentiable(
+    log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Bounds, branch, sep_kl, analogue, kl_value_clamp,
+    unit_mean, metrics,
+):  # fmt: skip
+    """Per-unit differentiable loss (spec 2.1 l_diff; with clip='dual' paper Alg. 1 / spec 4.1). Returns
+    (loss_unit, kl_unit) with kl_unit = rho phi(u) when it is a separate term, else None. Shapes: units."""
+    w = torch.exp(log_w) if clip is None else None
+    kl_unit = None
+    if sep_kl:
+        u = w if (w is not None and log_rho is None) else torch.exp(log_u)
+        kl_unit = dv.phi(divergence, log_u, u)
+        if log_rho is not None:
+            kl_unit = torch.exp(log_rho) * kl_unit
+        if kl_value_clamp is not None:
+            with torch.no_grad():
+                metrics["clip/frac_kl_clamp"] = unit_mean(kl_unit.detach().abs() > kl_value_clamp)
+            kl_unit = kl_unit.clamp(-kl_value_clamp, kl_value_clamp)
+    if clip is None:
+        loss = -w * adv
+        return (loss if kl_unit is None else loss + beta * kl_unit), kl_unit
+
+    # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
+    if sep_kl:
+        a_hat = adv
+    elif analogue == "exact":
+        a_hat = adv - beta * dv.phi_over_u(divergence, log_u)  # -w A_hat == -w A + beta rho phi(u)
+    else:  # paper's analogues (rkl, urkl; fkl/ufkl are sep_kl)
+        a_hat = adv - beta * ((log_u + 1) if divergence == "rkl" else log_u)
+    pos = (a_hat.detach() >= 0) if branch == "effective" else (adv > 0)
+    # exp of the clamped log-ratio: the value and gradient of clamp(w), never overflowing. The bounds sit one ulp
+    # inside so that a ratio exactly on a bound is clipped (no gradient), as in the tables of spec 4.1/4.2.
+    log_lo = torch.where(pos, _inside(-math.inf, +1, log_w), _inside(b.log_lo, +1, log_w))
+    log_hi = torch.where(pos, _inside(b.log_hi, -1, log_w), _inside(b.log_c, -1, log_w))
+    loss = -a_hat * torch.exp(log_w.clamp(log_lo, log_hi))
+    with torch.no_grad():
+        lw = log_w.detach()
+        metrics["clip/frac_high"] = unit_mean(pos & (lw >= b.log_hi))
+        metrics["clip/frac_low"] = unit_mean(~pos & (lw <= b.log_lo))
+        metrics["clip/frac_dual"] = unit_mean(~pos & (lw >= b.log_c))
+    return (loss if kl_unit is None else loss + beta * kl_unit), kl_unit
+
+
+def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Bounds, branch, unit_mean, metrics):
+    """Detached REINFORCE coefficient per unit (spec 2.1 Weight, 4.2 Alg. 2, Remark F.2) and the active mask of
+    Alg. 2 (None when nothing is masked). The loss is -coef * logp with logp cut where not active."""
+    rho = None if log_rho is None else torch.exp(log_rho)
+
+    def kl_part(lu: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # C = -beta rho u phi'(u)
+        cc = dv.u_dphi(divergence, lu, u).mul_(-beta)
+        return cc if rho is None else cc.mul_(rho)
+
+    if clip == "truncate":
+        log_wc = log_w.clamp(b.log_lo, b.log_hi)
+        wc = torch.exp(log_wc)
+        log_uc = log_wc if log_rho is None else log_wc - log_rho
+        uc = wc if log_rho is None else torch.exp(log_uc)
+        metrics["clip/frac_low"] = unit_mean(log_w < b.log_lo)
+        metrics["clip/frac_high"] = unit_mean(log_w > b.log_hi)
+        return wc * adv + kl_part(log_uc, uc), None
+
+    if clip is None:
+        w = torch.exp(log_w)
+        u = w if log_rho is None else torch.exp(log_u)
+        return w * adv + kl_part(log_u, u), None
+
+    # clip == "dual" (Alg. 2): branch on A' = A + C/w = A - beta phi'(u); rows 1/4 active, rows 2/3/5 constant.
+    # w_b = clamp(w, lo_t, hi_t) is w in active rows and the bound in clipped ones; C is taken at w_b, which is the
+    # paper's C(w) wherever the gradient is nonzero and keeps the (meaningless, spec 2.3) clipped-row value finite.
+    pos = (adv - beta * dv.dphi(divergence, log_u) >= 0) if branch == "effective" else (adv > 0)
+    active = torch.where(pos, log_w < b.log_hi, (log_w > b.log_lo) & (log_w < b.log_c))
+    log_wb = log_w.clamp(_pick(pos, -math.inf, b.log_lo, log_w), _pick(pos, b.log_hi, b.log_c, log_w))
+    w_b = torch.exp(log_wb)
+    log_ub = log_wb if log_rho is None else log_wb - log_rho
+    u_b = w_b if log_rho is None else torch.exp(log_ub)
+    metrics["clip/frac_high"] = unit_mean(pos & ~active)
+    metrics["clip/frac_low"] = unit_mean(~pos & (log_w <= b.log_lo))
+    metrics["clip/frac_dual"] = unit_mean(~pos & (log_w >= b.log_c))
+    return w_b * adv + kl_part(log_ub, u_b), active
+
+
+def _aggregate_sequences(per_seq: torch.Tensor, mask_f: torch.Tensor, agg: str, normalizer) -> torch.Tensor:
+    """`aggregate` for a per-sequence loss (B,) read as each response's token-sum (mask_f: (B, T))."""
+    if agg == "token-mean":
+        return per_seq.sum() / (mask_f.sum() if normalizer is None else normalizer)
+    if agg == "seq-mean-token-mean":
+        per_seq = per_seq / mask_f.sum(-1)
+    return per_seq.sum() / (per_seq.shape[0] if normalizer is None else normalizer)
+
+
+# ---------------------------------------------------------------------------------------------------- validation
+
+
+def _one_of(name: str, value, valid) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
+
+
+def _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c) -> None:
+    _one_of("divergence", divergence, dv.DIVERGENCES)
+    _one_of("style", style, STYLES)
+    _one_of("level", level, LEVELS)
+    _one_of("agg", agg, AGG_MODES)
+    _one_of("clip", clip, CLIPS)
+    _one_of("branch", branch, BRANCHES)
+    _one_of("analogue", analogue, ANALOGUES)
+    for name, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high), ("c", c)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise ValueError(f"{name} must be a real number, got {v!r}")
+    if not (0 <= beta < math.inf):
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if not 0 <= eps_low <= 1:
+        raise ValueError(f"eps_low must be in [0, 1] (lower clip bound 1 - eps_low >= 0), got {eps_low}")
+    if not eps_high >= 0:
+        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
+    if not c > 1:
+        raise ValueError(f"c must be > 1 (dual-clip cap on w for negative advantages), got {c}")
+    if clip == "truncate" and style != "reinforce":
+        raise ValueError("clip='truncate' (truncated importance weights, Remark F.2) needs style='reinforce'")
+
+
+def _check_guards(kl_value_clamp, max_log_w) -> None:
+    if kl_value_clamp is not None and not (isinstance(kl_value_clamp, (int, float)) and kl_value_clamp > 0):
+        raise ValueError(f"kl_value_clamp must be None or a number > 0, got {kl_value_clamp!r}")
+    if max_log_w is not None and not (isinstance(max_log_w, (int, float)) and math.isfinite(max_log_w)):
+        raise ValueError(f"max_log_w must be None or a finite number, got {max_log_w!r}")
+
+
+def _check_tensors(logp, old_logp, advantages, mask, anchor_logp, level) -> torch.Tensor:
+    """Shapes, dtypes, mask values, empty rows. Returns the boolean mask (B, T)."""
+    named = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask}
+    if anchor_logp is not None:
+        named["anchor_logp"] = anchor_logp
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if logp.dim() != 2 or logp.numel() == 0:
+        raise ValueError(f"logp must be a non-empty (B, T) tensor, got shape {tuple(logp.shape)}")
+    if logp.dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"logp has dtype {logp.dtype}; rpg_loss needs float32 or float64 log-probs (upcast first: in half "
+            "precision the small differences logp - old_logp are lost)"
+        )
+    B, T = logp.shape
+    for name in ("old_logp", "mask", "anchor_logp"):
+        if name in named and named[name].shape != logp.shape:
+            raise ValueError(f"{name} has shape {tuple(named[name].shape)}, expected {(B, T)} like logp")
+    for name in ("old_logp", "advantages", "anchor_logp"):
+        if name in named and named[name].dtype != logp.dtype:
+            raise ValueError(f"{name} has dtype {named[name].dtype} but logp has {logp.dtype}; pass the same dtype")
+    if advantages.shape not in ((B,), (B, T)):
+        raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected {(B,)} or {(B, T)}")
+    if level == "sequence" and advantages.dim() == 2:
+        raise ValueError("level='sequence' needs one advantage per response: advantages of shape (B,), got (B, T)")
+    if mask.dtype == torch.bool:
+        mask_b = mask
+    else:
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("mask must be bool or contain only 0 and 1")
+        mask_b = mask != 0
+    has_tok = mask_b.any(-1)
+    if not bool(has_tok.all()):
+        row = int((~has_tok).nonzero()[0, 0])
+        raise ValueError(f"mask row {row} is all zero (a response with no tokens); drop it from the batch")
+    return mask_b
+
+
+def _check_finite(total, logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b) -> None:
+    """One fused check (a sum that is already computed); only on failure find and name the bad entry."""
+    if bool(torch.isfinite(total)):
+        return
+    named = {"logp": logp, "old_logp": old_logp, "anchor_logp": anchor_logp, "advantages": advantages}
+    for name, t in named.items():
+        if t is None:
+            continue
+        bad = ~torch.isfinite(t.detach())
+        bad = bad & (mask_b if t.dim() == 2 else mask_b.any(-1))
+        if bool(bad.any()):
+            idx = tuple(bad.nonzero()[0].tolist())
+            raise ValueError(f"{name} is not finite ({t[idx].item()}) at masked-in position {idx}")
+    bad = ~torch.isfinite(log_w_tok.detach())
+    if bool(bad.any()):
+        raise ValueError(f"logp - old_logp overflows at position {tuple(bad.nonzero()[0].tolist())}")
+    # else: only the check-sum overflowed; every entry is finite
