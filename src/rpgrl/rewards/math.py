@@ -116,6 +116,7 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 _THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\}|\\,|\\!|\\ |~)(?=\d{3}(?!\d))")
 _MARKDOWN = re.compile(r"\*\*|__|`")
+_INTEGER = re.compile(r"-?\d{1,300}")
 
 
 def _group_end(text: str, start: int) -> int | None:
@@ -242,7 +243,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
 
     1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct);
     2. the cleaned strings (`clean_answer`) are equal, or their normalisations are;
-    3. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s.
+    3. both are integers and equal as integers;
+    4. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s.
 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
@@ -257,6 +259,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
         return False
     if pred == gold or normalize_answer(pred) == normalize_answer(gold):
         return True
+    if _INTEGER.fullmatch(pred) and _INTEGER.fullmatch(gold):  # most AIME/AMC cases: no need for sympy
+        return int(pred) == int(gold)
     if reject_reason(pred) is not None:
         return False
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
@@ -272,8 +276,9 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
 def math_score(response: str, ground_truth: str, mode: Mode = "equiv", *, timeout: float = 1.0) -> bool:
     """True iff `response` answers `ground_truth` correctly under `mode` ("strict" or "equiv").
 
-    Never raises for anything a model can write: a malformed, unparseable or pathological answer is simply wrong,
-    judged within `timeout` seconds (equiv mode). Nothing in `response` is ever executed.
+    Never raises for anything a model can write: a malformed, unparseable or pathological answer is simply wrong.
+    equiv mode spends at most `timeout` seconds in math-verify and returns within `timeout + 0.3` s whatever happens
+    there (once its worker process runs; see `rpgrl.rewards._mathverify`). Nothing in `response` is ever executed.
 
     >>> math_score("Answer: 540", "540", mode="strict")
     True
