@@ -33,6 +33,13 @@ _EXPORTS = {
     "overlong_penalty": "rpgrl.shaping",
     "group_filter_keep": "rpgrl.shaping",
     "math_score": "rpgrl.rewards.math",
+    "MathReward": "rpgrl.rewards.math",
+    "evaluate": "rpgrl.evaluation",
+    "EvalTracker": "rpgrl.evaluation",
+    "pass_at_k": "rpgrl.evaluation",
+    "load_benchmark": "rpgrl.data",
+    "load_examples": "rpgrl.data",
+    "load_prompts": "rpgrl.data",
 }
 
 
