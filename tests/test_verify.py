@@ -1,0 +1,56 @@
+"""`rpgrl verify`: its rows, its exit code, and that it fails when a surrogate is wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rpgrl import cli, verify
+from rpgrl.errors import UsageError
+from rpgrl.objectives import divergences
+
+
+def test_rows_cover_every_variant_and_are_exact():
+    rows = verify.verify_rows(seed=0, vocab=3, length=3)
+    by_section = {s: [r for r in rows if r.section == s] for s in verify.HEADERS}
+    assert [len(v) for v in by_section.values()] == [8, 8, 8, 2]
+    labels = {r.label for r in by_section["sequence"]}
+    assert labels == {f"{d:<5} {s}" for d in verify.DIVERGENCES for s in verify.STYLES}
+    for r in rows:
+        if r.exact:
+            assert r.rel_err <= 1e-12 and r.ok, r
+    (unc,) = [r for r in by_section["grpo"] if not r.exact]
+    assert unc.rel_err > 1e-2 and unc.ok  # visibly biased
+
+
+@pytest.mark.parametrize(("seed", "vocab", "length"), [(1, 2, 4), (2, 4, 2), (3, 3, 1)])
+def test_other_policies(seed, vocab, length):
+    assert verify.main(["--seed", str(seed), "--vocab", str(vocab), "--length", str(length)]) == 0
+
+
+def test_main_prints_the_table(capsys):
+    assert cli.main(["verify"]) == 0
+    out = capsys.readouterr().out
+    for header in verify.HEADERS.values():
+        assert header in out
+    assert "all RPG surrogates exact: yes; corrected GRPO KL term exact: yes" in out
+    assert out.count(" ok\n") == 25 and "biased (as expected)" in out
+
+
+def test_fails_on_a_wrong_reinforce_weight(monkeypatch, capsys):
+    """A sign error in the REINFORCE KL component must make verify exit 1."""
+    real = divergences.u_dphi
+
+    def wrong(divergence: str, log_u: torch.Tensor, u=None) -> torch.Tensor:
+        return -real(divergence, log_u, u)
+
+    monkeypatch.setattr(divergences, "u_dphi", wrong)
+    assert verify.main([]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_bad_arguments():
+    with pytest.raises(UsageError, match="--vocab must be in 2..6"):
+        verify.main(["--vocab", "1"])
+    with pytest.raises(UsageError, match="invalid int value"):
+        verify.main(["--length", "x"])
