@@ -204,6 +204,23 @@ def test_verl_only_agg_modes_go_through_agg_loss(base_actor):
     torch.testing.assert_close(loss, (ref.per_token * mask).sum().detach())
 
 
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_fully_masked_rows_contribute_nothing(base_actor, agg):
+    """A response with no valid token (verl's agg_loss excludes such rows from seq-mean counts) gets zero loss and
+    zero gradient; the rest equals rpg_loss on the non-empty rows."""
+    config = actor_with(base_actor, clip="dual")
+    logp, old, adv, mask = random_batch(seed=10)
+    mask[2] = False
+    loss, grad, _ = verl_loss_and_grad("rpg_urkl_differentiable", logp, old, adv * mask, mask, agg, config)
+    keep = torch.tensor([i != 2 for i in range(mask.shape[0])])
+    ref = rpg_loss(logp[keep], old[keep], adv[keep], mask[keep], divergence="urkl", style="differentiable",
+                   beta=0.05, clip="dual", c=1.5, agg=agg)  # fmt: skip
+    (ref_grad,) = torch.autograd.grad(ref.loss, logp)
+    torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
+    assert grad[2].abs().sum() == 0
+
+
 def test_refuses_verl_kl_loss_on_top():
     actor = compose_actor(
         RPG_TARGET,

@@ -52,9 +52,10 @@ from verl.trainer.ppo.core_algos import agg_loss, register_adv_est, register_pol
 from verl.workers.config import PolicyLossConfig
 
 from rpgrl.advantages import get_advantage
+from rpgrl.integrations._common import rpg_loss_nonempty
 from rpgrl.objectives.divergences import DIVERGENCES
 from rpgrl.objectives.reduce import AGG_MODES
-from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, rpg_loss
+from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES
 
 LOSS_MODES = tuple(f"rpg_{d}_{s}" for d in DIVERGENCES for s in STYLES)
 
@@ -182,7 +183,7 @@ def _make_policy_loss(divergence: str, style: str):
         shared = loss_agg_mode in AGG_MODES
         if opts["level"] == "sequence" and advantages.dim() == 2:
             advantages = _sequence_advantages(advantages, response_mask)
-        out = rpg_loss(
+        out = rpg_loss_nonempty(  # responses with no valid token contribute nothing
             log_prob,  # (B, T), verl's log_prob = our logp
             old_log_prob,  # (B, T), pi_old: the sampler and the KL anchor
             advantages,  # (B, T) from verl's estimators, or (B,) at sequence level

@@ -1,0 +1,199 @@
+"""TRL adapter: `RPGConfig` / `RPGTrainer`, TRL's GRPOTrainer with rpgrl's `rpg_loss` for every RPG variant.
+
+Everything else is TRL's: generation (transformers or vLLM), reward functions, the group advantage, gradient
+accumulation, distributed training, logging. `RPGTrainer` overrides only `_compute_loss`, TRL's own extension
+pattern (trl/experimental/gmpo); that method is private, so the extra pins `trl>=1.16,<2` and
+tests/integrations/test_trl.py checks it.
+
+What RPG changes relative to GRPO:
+  - The KL anchor is pi_old, the sampler. TRL passes `old_per_token_logps` when the batch is reused (several
+    iterations or steps per generation) or vLLM is used, and otherwise the current log-probs detached, which is
+    exactly pi_old at that point. So no reference model: TRL loads one iff its `beta != 0`, and RPGConfig refuses
+    a nonzero `beta`. RPG's coefficient is `rpg_beta`, applied inside the loss.
+  - The advantage defaults to RPG's estimator, R_i - group mean: TRL's `scale_rewards="none"` computes exactly that
+    (`"group"` gives GRPO's mean/std).
+  - Clip range: TRL's `epsilon` / `epsilon_high` (default 0.2 / 0.28 here) and `clip_ratio_c` for the dual clip.
+  - Aggregation: `agg` with the global count as normaliser (token-mean: the generation batch's token count per
+    process, as TRL's `dapo` loss; seq-mean-*: the accumulation window's sequence count), so gradient accumulation
+    and data parallelism do not change the gradient.
+
+TRL options that act inside GRPO's `_compute_loss` (entropy bonus, entropy masking, off-policy masking, two-sided
+`delta` clipping, sequence-level importance sampling, router aux loss) are refused rather than silently ignored.
+vLLM's importance-sampling correction multiplies the per-token loss, as TRL does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from rpgrl.integrations._common import rpg_loss_nonempty
+from rpgrl.objectives.divergences import DIVERGENCES
+from rpgrl.objectives.reduce import AGG_MODES, aggregate
+from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES
+
+# Inputs GRPOTrainer may hand to the model forward besides ids and mask (multimodal models).
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+@dataclass
+class RPGConfig(GRPOConfig):
+    """GRPOConfig plus the RPG loss options (same names as `rpgrl.rpg_loss`). Defaults: RPG-REINFORCE-URKL with
+    RPG-Style Clip, beta 1e-4, clip 0.2/0.28, c = 10, token-mean, group-mean advantage (the paper's settings)."""
+
+    divergence: str = field(default="urkl", metadata={"help": "KL regulariser: fkl, rkl, ufkl or urkl."})
+    style: str = field(default="reinforce", metadata={"help": "Surrogate: 'differentiable' or 'reinforce'."})
+    rpg_beta: float = field(
+        default=1e-4, metadata={"help": "RPG's KL coefficient, applied inside the loss (TRL's `beta` stays 0)."}
+    )
+    level: str = field(default="token", metadata={"help": "'token' (per-token ratios) or 'sequence' (paper)."})
+    agg: str = field(default="token-mean", metadata={"help": "token-mean, seq-mean-token-sum or seq-mean-token-mean."})
+    clip: str | None = field(
+        default="dual", metadata={"help": "'dual' (RPG-Style Clip), 'truncate' (reinforce only) or None."}
+    )
+    clip_ratio_c: float = field(default=10.0, metadata={"help": "Dual-clip cap c > 1 for negative advantages."})
+    branch: str = field(default="effective", metadata={"help": "Dual clip on sign(A') ('effective') or sign(A)."})
+    kl_in_clip: bool = field(
+        default=True, metadata={"help": "Differentiable dual clip: KL inside the clipped advantage (paper)."}
+    )
+    analogue: str = field(default="exact", metadata={"help": "Differentiable dual clip advantage: exact or paper."})
+    kl_value_clamp: float | None = field(default=None, metadata={"help": "Clamp the separate KL term to [-K, K]."})
+    max_log_w: float | None = field(default=None, metadata={"help": "Clamp log w to <= M (counted in a metric)."})
+    # GRPOConfig fields with RPG defaults
+    scale_rewards: str = field(
+        default="none", metadata={"help": "'none': A = R - group mean (RPG's estimator); 'group': GRPO's."}
+    )
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (the paper: 0.28)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.beta != 0.0:
+            raise ValueError(
+                f"RPGConfig: beta={self.beta} would load a reference model for TRL's own KL; RPG's KL is anchored to "
+                "pi_old and applied by the loss: set rpg_beta instead and leave beta=0.0"
+            )
+        for name, value, valid in (
+            ("divergence", self.divergence, DIVERGENCES),
+            ("style", self.style, STYLES),
+            ("level", self.level, LEVELS),
+            ("agg", self.agg, AGG_MODES),
+            ("clip", self.clip, CLIPS),
+            ("branch", self.branch, BRANCHES),
+            ("analogue", self.analogue, ANALOGUES),
+        ):
+            if value not in valid:
+                raise ValueError(f"RPGConfig: {name}={value!r} is not one of {', '.join(map(str, valid))}")
+        if not self.rpg_beta >= 0:
+            raise ValueError(f"RPGConfig: rpg_beta must be >= 0, got {self.rpg_beta}")
+        unsupported = {
+            "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
+            "top_entropy_quantile": self.top_entropy_quantile < 1.0,
+            "off_policy_mask_threshold": self.off_policy_mask_threshold is not None,
+            "delta": self.delta is not None,
+            "importance_sampling_level": self.importance_sampling_level != "token",
+            "sync_ref_model": self.sync_ref_model,
+        }
+        if any(unsupported.values()):
+            names = ", ".join(k for k, v in unsupported.items() if v)
+            raise ValueError(f"RPGConfig: {names} act inside GRPO's loss, which RPGTrainer replaces; leave at default")
+        if self.use_vllm and self.vllm_importance_sampling_correction and self.level == "sequence":
+            if self.style == "differentiable":
+                raise ValueError(
+                    "RPGConfig: style=differentiable at level=sequence has no per-token loss to apply vLLM's "
+                    "importance-sampling correction to; set vllm_importance_sampling_correction=False"
+                )
+
+    def rpg_options(self) -> dict[str, Any]:
+        """The keyword arguments of `rpg_loss` this config sets."""
+        return {
+            "divergence": self.divergence,
+            "style": self.style,
+            "beta": self.rpg_beta,
+            "level": self.level,
+            "agg": self.agg,
+            "clip": self.clip,
+            "eps_low": self.epsilon,
+            "eps_high": self.epsilon if self.epsilon_high is None else self.epsilon_high,
+            "c": self.clip_ratio_c,
+            "branch": self.branch,
+            "kl_in_clip": self.kl_in_clip,
+            "analogue": self.analogue,
+            "kl_value_clamp": self.kl_value_clamp,
+            "max_log_w": self.max_log_w,
+        }
+
+
+class RPGTrainer(GRPOTrainer):
+    """GRPOTrainer whose loss is `rpgrl.rpg_loss`. Takes the same arguments as GRPOTrainer; `args` must be an
+    RPGConfig. Logs rpgrl's metrics (`kl/<divergence>`, `clip/frac_dual`, ...) next to TRL's."""
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: RPGConfig | None = None, **kwargs: Any):
+        if not isinstance(args, RPGConfig):
+            raise TypeError(f"RPGTrainer needs args=RPGConfig(...), got {type(args).__name__}")
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+        if self.aux_loss_enabled:
+            raise ValueError("RPGTrainer: the router aux loss (MoE) is not supported; set router_aux_loss_coef=0")
+
+    def _normalizer(self, inputs: dict[str, Any], batch_size: int) -> torch.Tensor | float:
+        """Global count for `aggregate` so that micro-batch losses add up over the accumulation window and DDP's
+        gradient averaging over processes gives the mean over every process's tokens (or sequences)."""
+        training = self.model.training
+        if self.args.agg == "token-mean":
+            # num_items_in_batch: valid completion tokens of the whole generation batch, all processes
+            n = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if training:  # one accumulation window out of the generation batch
+                n = n * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return n
+        return batch_size * (self.current_gradient_accumulation_steps if training else 1)
+
+    def _compute_loss(self, model, inputs):
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # (B, T)
+
+        logp, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            completion_ids.size(1),
+            compute_entropy=True,
+            **{k: inputs.get(k) for k in _FORWARD_KEYS},
+        )  # (B, T)
+        logp = logp.float()  # bf16 models: the loss works in float32
+        old_logp = inputs.get("old_per_token_logps")  # pi_old; None when this batch is on-policy
+        old_logp = logp.detach() if old_logp is None else old_logp.float()
+        advantages = inputs["advantages"].to(logp.dtype)  # (B,) from TRL, or (B, T) from a subclass
+
+        normalizer = self._normalizer(inputs, mask.size(0))
+        # masked truncated completions (mask_truncated_completions) have no valid token and contribute nothing
+        out = rpg_loss_nonempty(logp, old_logp, advantages, mask, normalizer=normalizer, **self.args.rpg_options())
+        loss = out.loss
+        if self.use_vllm and self.vllm_importance_sampling_correction:  # sampler (vLLM) vs trainer mismatch
+            per_token = out.per_token * inputs["importance_sampling_ratio"]
+            loss = aggregate(per_token, mask, self.args.agg, normalizer)
+
+        mode = "train" if self.model.training else "eval"
+        for name, value in out.metrics.items():
+            if not name.startswith("loss/"):  # TRL logs the loss itself
+                self._metrics[mode][name].append(self.accelerator.gather(value.reshape(1)).nanmean().item())
+        with torch.no_grad():
+            m = mask.to(entropies.dtype)
+            stats = self.accelerator.reduce(torch.stack([(entropies * m).sum(), m.sum()]), reduction="sum")
+            self._metrics[mode]["entropy"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+        return loss

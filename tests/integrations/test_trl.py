@@ -1,0 +1,193 @@
+"""TRL adapter (rpgrl/integrations/trl.py): RPGTrainer end to end on a tiny model built locally (no hub), CPU.
+
+- two optimizer steps, the second on a reused batch (num_iterations=2) so pi_theta != pi_old: metrics finite, no
+  reference model, parameters move;
+- the gradient TRL back-propagates equals the gradient of rpgrl.rpg_loss on log-probs computed here independently
+  (plain forward, log_softmax, gather) from the same inputs;
+- gradient accumulation: one micro-batch of 8 or two of 4 give the same gradient (the normaliser is global);
+- configs that would load a reference model or silently drop a TRL option are refused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+
+from trl import GRPOConfig  # noqa: E402
+
+from rpgrl.integrations.trl import RPGConfig, RPGTrainer  # noqa: E402
+from rpgrl.models import build_char_tokenizer, build_tiny_model  # noqa: E402
+from rpgrl.objectives.reduce import AGG_MODES  # noqa: E402
+from rpgrl.objectives.rpg import rpg_loss  # noqa: E402
+
+PROMPTS = ["1+2=", "3+4=", "5+5=", "2+7="]
+
+
+def count_ones(completions, **kwargs):
+    """A reward with spread inside every group: the number of '1' characters."""
+    return [float(c.count("1")) for c in completions]
+
+
+class RecordingTrainer(RPGTrainer):
+    """Keeps a copy of every batch the loss sees."""
+
+    def _compute_loss(self, model, inputs):
+        self.seen.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+        return super()._compute_loss(model, inputs)
+
+
+def make_trainer(tmp_path, *, seed=0, **overrides):
+    tok = build_char_tokenizer("0123456789+=")
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=2, kv_heads=1, ffn=64, seed=seed)
+    settings = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=3e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        seed=seed,
+        divergence="urkl",
+        style="reinforce",
+        rpg_beta=0.1,
+        clip="dual",
+        epsilon=0.02,  # tight clip range so the reused batch hits the clipped rows
+        epsilon_high=0.02,
+        clip_ratio_c=1.05,
+        disable_tqdm=True,
+        bf16=False,  # transformers defaults to bf16 autocast where the CPU supports it; compare in float32
+    )
+    settings.update(overrides)
+    args = RPGConfig(**settings)
+    trainer = RecordingTrainer(
+        model, count_ones, args=args, train_dataset=datasets.Dataset.from_dict({"prompt": PROMPTS * 4}),
+        processing_class=tok,
+    )  # fmt: skip
+    trainer.seen = []
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    trainer = make_trainer(tmp_path_factory.mktemp("rpg"), num_iterations=2)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    return trainer, before
+
+
+def test_no_reference_model_and_parameters_move(trained):
+    trainer, before = trained
+    assert trainer.ref_model is None and trainer.beta == 0.0
+    moved = [not torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True)]
+    assert all(moved)
+
+
+def test_two_steps_log_finite_rpg_metrics(trained):
+    trainer, _ = trained
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(steps) == 2
+    for h in steps:
+        for key in ("loss", "grad_norm", "kl/urkl", "kl/k3_anchor", "clip/frac_dual", "log_w/max", "entropy"):
+            assert math.isfinite(h[key]), (key, h)
+    # step 2 re-uses step 1's batch after one update: pi_theta != pi_old, so the KL and clips are live
+    assert "old_per_token_logps" in trainer.seen[1]
+    assert steps[1]["kl/k3_anchor"] > 0 and steps[1]["log_w/max"] > 0
+    assert steps[1]["clip/frac_high"] + steps[1]["clip/frac_low"] + steps[1]["clip/frac_dual"] > 0
+
+
+def independent_logp(model, inputs):
+    """log pi(y_t | h_t) of the completion tokens from a plain forward pass. (B, T)"""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    T = inputs["completion_ids"].size(1)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, -T - 1 : -1].float()  # (B, T, V)
+    return torch.log_softmax(logits, -1).gather(-1, inputs["completion_ids"][..., None]).squeeze(-1)
+
+
+def test_gradient_equals_rpg_loss_gradient(trained):
+    trainer, _ = trained
+    model, args = trainer.model, trainer.args
+    inputs = trainer.seen[1]  # the off-policy step
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    model.train()
+    model.zero_grad()
+    trainer.compute_loss(model, inputs).backward()
+    got = [p.grad.detach().clone() for p in params]
+
+    model.zero_grad()
+    mask = inputs["completion_mask"]
+    expected = rpg_loss(
+        independent_logp(model, inputs), inputs["old_per_token_logps"], inputs["advantages"], mask,
+        divergence="urkl", style="reinforce", beta=0.1, clip="dual", eps_low=0.02, eps_high=0.02, c=1.05,
+    )  # fmt: skip  # token-mean over this batch: 1 process, no accumulation, the batch is the generation batch
+    expected.loss.backward()
+    want = [p.grad.detach().clone() for p in params]
+    model.zero_grad()
+
+    assert args.gradient_accumulation_steps == 1 and args.steps_per_generation == 1
+    assert sum(g.abs().sum() for g in want) > 0
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=2e-4, atol=1e-7)
+
+
+def param_grads(model, loss_fns):
+    model.zero_grad()
+    for fn in loss_fns:
+        fn().backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad()
+    return grads
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_gradient_accumulation_gives_the_batch_gradient(trained, agg, monkeypatch):
+    """The recorded generation batch of 8 in one micro-batch, or as 2 accumulated micro-batches of 4 (what TRL hands
+    the loss with gradient_accumulation_steps=2): the summed gradient is the same in every aggregation mode."""
+    trainer, _ = trained
+    inputs = trainer.seen[1]
+    monkeypatch.setattr(trainer.args, "agg", agg)
+    trainer.model.train()
+    whole = param_grads(trainer.model, [lambda: trainer.compute_loss(trainer.model, inputs)])
+
+    monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", 2)
+    monkeypatch.setattr(trainer.args, "steps_per_generation", 2)
+    halves = [{k: v[rows] if torch.is_tensor(v) and v.dim() > 0 else v for k, v in inputs.items()}
+              for rows in (slice(0, 4), slice(4, 8))]  # fmt: skip
+    split = param_grads(trainer.model, [lambda h=h: trainer.compute_loss(trainer.model, h) for h in halves])
+    for a, b in zip(whole, split, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"beta": 0.04}, "rpg_beta"),  # TRL's beta would load a reference model
+        ({"divergence": "kl"}, "divergence"),
+        ({"clip": "ppo"}, "clip"),
+        ({"agg": "token-sum"}, "agg"),
+        ({"rpg_beta": -1.0}, "rpg_beta"),
+        ({"entropy_coef": 0.01}, "entropy_coef"),
+        ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
+    ],
+)
+def test_bad_configs_are_refused(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        RPGConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True, **overrides)
+
+
+def test_rpg_trainer_needs_rpg_config(tmp_path):
+    tok = build_char_tokenizer("0123456789+=")
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=32)
+    args = GRPOConfig(str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none", use_cpu=True)
+    with pytest.raises(TypeError, match="RPGConfig"):
+        RPGTrainer(model, count_ones, args=args, processing_class=tok)
