@@ -192,10 +192,15 @@ class SFTConfig:
 class EvalConfig:
     every: int = 0
     """evaluate every this many training steps (0 = only before and after RL)"""
-    samples: int = 1
-    """samples per problem for mean@k / pass@k on math evaluation files (greedy accuracy is always reported)"""
     max_problems: int | None = None
-    """evaluate on at most this many held-out problems (None = all)"""
+    """evaluate on at most this many problems per held-out set / benchmark (None = all)"""
+    benchmarks: str | None = None
+    """comma-separated evaluation files (the AIME/AMC parquet files of spec 10), scored with mean@k, pass@k and
+    best@k by rpgrl.evaluation, with the paper's Last/Best; None = off"""
+    samples: int = 32
+    """benchmarks: samples per problem at the rollout temperature (k of mean@k; the paper: 32)"""
+    scoring: Literal["strict", "equiv"] = "equiv"
+    """benchmarks: math scoring (strict = the authors' string rule, equiv = math-verify equivalence)"""
 
 
 @dataclass(frozen=True)

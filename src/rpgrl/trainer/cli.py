@@ -1,0 +1,125 @@
+"""`rpgrl train [PRESET] [--out DIR] [--max-steps N] [--seed S] [--resume] [--section.field VALUE ...]`.
+
+A small parser of our own (tyro is not a dependency) so every error is one line naming the problem. PRESET is a
+name from `rpgrl.presets` (none = the embedded default). `--max-steps` and `--seed` are shortcuts for
+`--train.max_steps` and `--train.seed`. With `--resume`, the base config is the one saved in DIR; overrides apply
+on top, and a PRESET, if given, must describe the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from rpgrl.config import Config, apply_overrides, check, config_from_dict, help_text
+from rpgrl.errors import UsageError
+from rpgrl.presets import PRESETS, get_preset, preset_table
+
+USAGE = "usage: rpgrl train [PRESET] [--out DIR] [--max-steps N] [--seed S] [--resume] [--section.field VALUE ...]"
+SHORTCUTS = {"max-steps": "train.max_steps", "max_steps": "train.max_steps", "seed": "train.seed"}
+
+
+@dataclasses.dataclass
+class Args:
+    preset: str | None = None
+    out: str | None = None
+    resume: bool = False
+    help: bool = False
+    overrides: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def parse_args(argv: list[str]) -> Args:
+    """Split argv into preset, run options and `(key, value)` config overrides; UsageError on malformed input."""
+    args = Args()
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if tok in ("-h", "--help"):
+            args.help = True
+            continue
+        if tok == "--resume":
+            args.resume = True
+            continue
+        if not tok.startswith("--"):
+            if tok.startswith("-") or args.preset is not None:
+                raise UsageError(f"unexpected argument {tok!r}; {USAGE}")
+            args.preset = tok
+            continue
+        key, eq, value = tok[2:].partition("=")
+        if not eq:
+            if i >= len(argv) or argv[i].startswith("--"):  # values never start with "--"; "-1" is a value
+                raise UsageError(f"--{key} needs a value")
+            value = argv[i]
+            i += 1
+        if key == "out":
+            args.out = value
+        elif key in SHORTCUTS:
+            args.overrides.append((SHORTCUTS[key], value))
+        elif "." in key:
+            args.overrides.append((key, value))
+        else:
+            raise UsageError(f"unknown option --{key}; config keys look like --section.field (see rpgrl train --help)")
+    return args
+
+
+def resolve_config(args: Args) -> tuple[Config, str]:
+    """The final config and a name for the run, validated (UsageError otherwise)."""
+    if not args.resume:
+        name = args.preset or "default"
+        return check(apply_overrides(get_preset(name), args.overrides)), name
+    if args.out is None:
+        raise UsageError("--resume needs --out DIR (the run to continue)")
+    saved_file = Path(args.out) / "config.json"
+    if not saved_file.is_file():
+        raise UsageError(f"--resume: no run to resume in {args.out} (no config.json)")
+    try:
+        saved = config_from_dict(json.loads(saved_file.read_text()))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--resume: {saved_file} is not valid JSON ({e})") from None
+    cfg = apply_overrides(saved, args.overrides)
+    if args.preset is not None:
+        fresh = apply_overrides(get_preset(args.preset), args.overrides)
+        differ = _differences(fresh, cfg)
+        if differ:
+            raise UsageError(
+                f"--resume: preset {args.preset!r} differs from the run saved in {args.out} in "
+                f"{', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}; drop the preset to use the saved config"
+            )
+    return check(cfg), args.preset or "resumed"
+
+
+def _differences(a: Config, b: Config) -> list[str]:
+    out = []
+    for f in dataclasses.fields(a):
+        sa, sb = getattr(a, f.name), getattr(b, f.name)
+        out += [f"{f.name}.{g.name}" for g in dataclasses.fields(sa) if getattr(sa, g.name) != getattr(sb, g.name)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `rpgrl train`; returns the exit code (2 with one line on stderr for bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+        if args.help:
+            base = get_preset(args.preset) if args.preset in PRESETS else Config()
+            print(f"{USAGE}\n\npresets:\n{preset_table()}\n\noptions:\n"
+                  "  --out DIR          run directory (default: runs/PRESET-TIMESTAMP)\n"
+                  "  --max-steps N      total RL steps (= --train.max_steps)\n"
+                  "  --seed S           seed (= --train.seed)\n"
+                  "  --resume           continue the run in DIR up to --max-steps\n\n"
+                  f"config (defaults of {args.preset or 'default'}):\n{help_text(base)}")  # fmt: skip
+            return 0
+        cfg, name = resolve_config(args)
+        out = args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        from rpgrl.trainer.loop import train
+
+        train(cfg, out, resume=args.resume)
+    except UsageError as e:
+        print(f"rpgrl train: error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,758 @@
+"""`train(cfg, out)`: the whole RL loop on one machine, read from top to bottom.
+
+Per training step: sample G responses per prompt; score them with the reward registry (optionally add DAPO's
+overlong penalty and filter groups whose responses are all right or all wrong); advantages from the ADVANTAGES
+registry; old log-probs computed once and stored; mini-batch epochs with the loss from the LOSSES registry (the
+global token or sequence count of the mini-batch is the normalizer of every micro-batch); log; maybe refresh the
+KL anchor; maybe evaluate; maybe checkpoint. The math is imported; nothing here differentiates anything by hand.
+
+Choices worth knowing:
+* The model stays in `eval()` mode (no dropout) for sampling and training, so at the start of each update
+  `logp == old_logp` up to float rounding, as with the paper's dropout-free runs.
+* Learning-rate warm-up counts training steps as verl does (spec 7.4): step k uses lr * min(1, (k-1)/warmup), so
+  the first step does not move the weights. Every optimizer step inside a training step uses the same rate.
+* Schedule-free AdamW (spec 7.4) evaluates gradients at its interpolated point y and averages into x. We sample,
+  compute old log-probs and the anchor at y (the optimizer's train mode), so the sampler, `old_logp` and the
+  gradient all refer to the same weights and the ratio starts at 1; the averaged weights x (eval mode) are used
+  for evaluation and for the exported model. (The released code samples at y but computes `old_logp` at x.)
+* Groups filtered out by `rollout.group_filter` still count in the `reward/*` metrics, which describe every
+  sampled response; `batch/*` says how many were trained on.
+
+Not here: multi-process training, vLLM, packing by token budget (micro-batches are fixed counts of sequences).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rpgrl.config import Config, LossConfig, check, config_to_dict
+from rpgrl.errors import UsageError
+from rpgrl.trainer.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_text_atomic,
+)
+from rpgrl.trainer.log import (
+    MetricsFile,
+    Progress,
+    mean_over_steps,
+    non_finite,
+    plot_metrics,
+    print0,
+    read_metrics,
+    reduce_micro,
+    to_floats,
+    truncate_metrics,
+)
+from rpgrl.trainer.reference import Anchor, anchor_kl
+
+
+def train(
+    cfg: Config,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train according to `cfg`, writing everything into the run directory `out`; returns the run summary.
+
+    `resume=True` continues the run in `out` from its newest complete checkpoint up to `cfg.train.max_steps`.
+    `on_step(step, state)` is called after every training step (tests use it to inspect the live objects).
+    Every user-fixable problem (bad config, missing file or column, empty dataset) raises UsageError before
+    anything in `out` is created or changed.
+    """
+    from rpgrl.rollout import token_logprobs
+
+    t_begin = time.perf_counter()
+    cfg = check(cfg)
+    out = Path(out)
+    _check_run_dir(out, resume)
+    torch.set_num_threads(cfg.train.threads)
+
+    # --- Resolve names and load model and data: all input errors surface here, before `out` is touched
+    reward_fn, adv_fn, loss_fn, loss_opts = resolve_components(cfg)
+    _seed_everything(cfg.train.seed)
+    model, tokenizer = build_model(cfg)
+    task = load_task(cfg, tokenizer)
+    benchmarks = load_benchmarks(cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(cfg, params)
+    generator = torch.Generator().manual_seed(cfg.train.seed)
+    stream = PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle)
+    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
+
+    # --- Run directory: resolved config, metrics file truncated to the checkpoint
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
+    start_step = 0
+    state: dict[str, Any] = {"start_accuracy": None, "collapse_run": 0, "best_accuracy": None, "sft": None}
+    state["tracker"] = _tracker(cfg)
+    if ckpt is not None:
+        saved = load_checkpoint(ckpt)
+        model.load_state_dict(saved["model"])
+        start_step = saved["step"]
+        state.update(saved["trainer"])
+        print0(f"resuming from {ckpt} (step {start_step})")
+    truncate_metrics(out / "metrics.jsonl", start_step)
+    _print_config(cfg, out)
+
+    # --- Supervised warm start (synthetic task only), then the held-out accuracy RL starts from
+    if ckpt is None and cfg.sft.max_steps > 0:
+        state["sft"] = _warm_start(model, tokenizer, task, cfg)
+    anchor = Anchor(cfg.ref, model)  # after the warm start: `fixed` anchors the model RL starts from
+    if ckpt is not None:
+        opt.load_state_dict(saved["optimizer"])
+        anchor.load_state_dict(saved["anchor"])
+        stream.load_state_dict(saved["data"])
+        set_rng_state(saved["rng"], generator)
+        del saved
+    if state["start_accuracy"] is None:
+        state["start_accuracy"] = run_eval(model, tokenizer, task, benchmarks, cfg, 0, state, out)["eval/accuracy"]
+        print0(f"held-out greedy accuracy before RL: {100 * state['start_accuracy']:.1f}%")
+        if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
+            _save(out, 0, model, opt, anchor, stream, generator, state, cfg)
+
+    metrics_file = MetricsFile(out / "metrics.jsonl")
+    progress = Progress(cfg.train.max_steps, start_step, cfg.train.progress)
+    rl_begin = time.perf_counter()
+    step, stopped = start_step, None
+    for step in range(start_step + 1, cfg.train.max_steps + 1):
+        t0 = time.perf_counter()
+        lr = cfg.optim.lr * lr_multiplier(step, cfg.optim.warmup_steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        row: dict[str, Any] = {"step": step, "optim/lr": lr}
+
+        # --- Sample and score; with dynamic sampling ('fill') keep generating until enough mixed groups
+        batch, rewards, sampled, timing = collect_batch(model, tokenizer, task, stream, generator, reward_fn, cfg)
+        row.update(sampled)
+
+        if len(batch) > 0:
+            mask = batch.response_mask  # (B, T)
+            # --- Advantages (from the registry), over the kept batch
+            adv = adv_fn(rewards, batch.group, mask).detach()  # (B,) or (B, T)
+            adv_tok = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv
+            row.update({"adv/mean": _masked_mean(adv_tok, mask), "adv/abs_mean": _masked_mean(adv_tok.abs(), mask)})
+
+            # --- Old log-probs, computed once per batch and stored (and the anchor's, if it is a separate model)
+            t = time.perf_counter()
+            with torch.no_grad():
+                old_logp, entropy = _batched_logprobs(model, batch, cfg, with_entropy=True)
+                anchor_logp = _batched_logprobs(anchor.model, batch, cfg)[0] if anchor.separate else None
+            timing["old_logp"] = time.perf_counter() - t
+            row["entropy/mean"] = _masked_mean(entropy, mask)
+            row["response/neg_logp_mean"] = _masked_mean(-old_logp, mask)
+
+            # --- Mini-batch epochs: whole prompt groups per mini-batch, micro-batches share its normalizer
+            t = time.perf_counter()
+            step_metrics = []
+            for _ in range(cfg.train.epochs):
+                for rows in minibatches(batch.group, cfg.train.mini_batch_prompts):
+                    normalizer = mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))
+                    opt.zero_grad(set_to_none=True)
+                    micro, weights = [], []
+                    for mrows in rows.split(cfg.train.micro_batch_size):
+                        mb = batch.select(mrows)
+                        logp, _ = token_logprobs(
+                            model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk
+                        )
+                        a_lp = None if anchor_logp is None else anchor_logp[mrows]
+                        out_ = loss_fn(
+                            logp,
+                            old_logp[mrows],
+                            adv[mrows],
+                            mb.response_mask,
+                            normalizer=normalizer,
+                            **loss_opts,
+                            **anchor_kwargs(cfg.loss, a_lp, old_logp[mrows]),
+                        )
+                        out_.loss.backward()
+                        m = dict(out_.metrics)
+                        m["kl/anchor"] = anchor_kl(
+                            logp, old_logp[mrows], old_logp[mrows] if a_lp is None else a_lp, mb.response_mask
+                        )
+                        micro.append(m)
+                        weights.append(float(mb.response_mask.sum()))
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip or math.inf)
+                    if torch.isfinite(grad_norm):
+                        opt.step()
+                        skipped = 0.0
+                    else:  # spec 7.4: a non-finite gradient norm skips the step
+                        opt.zero_grad(set_to_none=True)
+                        skipped = 1.0
+                    reduced = reduce_micro(micro, weights)
+                    reduced["optim/grad_norm"] = grad_norm.detach()
+                    reduced["optim/skipped"] = torch.tensor(skipped)
+                    step_metrics.append(reduced)
+            opt.zero_grad(set_to_none=True)
+            timing["update"] = time.perf_counter() - t
+            row.update(mean_over_steps(step_metrics))
+
+        # --- Log: one row per training step, converted to floats once
+        n_tokens = sampled["response/length_mean"] * sampled["batch/sampled"]
+        step_time = time.perf_counter() - t0
+        row.update({f"perf/{k}_s": v for k, v in timing.items()})
+        row["perf/step_s"] = step_time
+        row["perf/tokens_per_s"] = n_tokens / step_time
+        row["perf/gen_tokens_per_s"] = n_tokens / max(timing["generation"], 1e-9)
+        row = to_floats(row)
+        row["step"] = step
+        bad = [k for k in non_finite(row) if not k.startswith("perf/")]
+        if bad:
+            raise FloatingPointError(f"step {step}: non-finite metrics {', '.join(bad)}")
+
+        # --- Anchor refresh (periodic / adaptive), then periodic evaluation
+        if anchor.after_step(step, model, row.get("kl/anchor", 0.0)):
+            row["ref/refreshed"] = 1.0
+        if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.max_steps:
+            with _averaged_weights(opt):
+                row.update(run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out))
+        metrics_file.write(row)
+        progress.update(row)
+
+        # --- Collapse guard: stop when nothing has been correct for a while
+        state["collapse_run"] = state["collapse_run"] + 1 if row["reward/correct"] == 0 else 0
+        if cfg.train.collapse_patience and state["collapse_run"] >= cfg.train.collapse_patience:
+            stopped = f"collapsed: no correct response for {state['collapse_run']} steps (lower optim.lr?)"
+        # --- Checkpoint
+        if step % cfg.train.checkpoint_every == 0 or step == cfg.train.max_steps or stopped:
+            _save(out, step, model, opt, anchor, stream, generator, state, cfg)
+        if on_step is not None:
+            on_step(step, {"model": model, "optimizer": opt, "anchor": anchor, "row": row})
+        if stopped:
+            print0(f"stopping at step {step}: {stopped}")
+            break
+    progress.close()
+    metrics_file.close()
+    rl_time = time.perf_counter() - rl_begin
+
+    # --- Final evaluation on the averaged weights, exported model, curves, summary
+    if hasattr(opt, "eval"):
+        opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
+    end_acc = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out)["eval/accuracy"]
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    rows = read_metrics(out / "metrics.jsonl")
+    plot_metrics(rows, out / "curves.png")
+    summary = {
+        "steps": step,
+        "start_accuracy": state["start_accuracy"],
+        "end_accuracy": end_acc,
+        "best_accuracy": state["best_accuracy"],
+        "gain_points": 100 * (end_acc - state["start_accuracy"]),
+        "benchmarks": state["tracker"].summary() if state["tracker"] is not None else None,
+        "stopped": stopped,
+        "sft": state["sft"],
+        "rl_seconds": rl_time,
+        "wall_seconds": time.perf_counter() - t_begin,
+        "eval_problems": len(_eval_slice(task, cfg)[0]),
+    }
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    print0(
+        f"held-out greedy accuracy ({summary['eval_problems']} problems): start of RL "
+        f"{100 * state['start_accuracy']:.1f}% -> end {100 * end_acc:.1f}% "
+        f"({summary['gain_points']:+.1f} points); {summary['wall_seconds']:.0f} s total; run in {out}"
+    )
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Setup: registries, model, data
+
+
+def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[str, Any]]:
+    """(reward_fn, advantage_fn, loss_fn, loss options) from the registries, with the options checked once on a
+    tiny dummy batch so that an incompatible combination fails here with one line, not mid-run."""
+    from rpgrl.advantages import get_advantage
+    from rpgrl.objectives import get_loss
+    from rpgrl.rewards import get_reward
+
+    try:
+        reward_fn = get_reward(cfg.data.reward)
+        adv_fn = get_advantage(cfg.loss.advantage)
+        loss_fn = get_loss(cfg.loss.name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    opts = loss_options(cfg.loss)
+    logp = torch.full((2, 3), -1.0, requires_grad=True)
+    try:
+        mask = torch.ones(2, 3)
+        adv = adv_fn(torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), mask)
+        extra = anchor_kwargs(
+            cfg.loss, torch.full((2, 3), -1.0) if cfg.ref.mode != "behaviour" else None, logp.detach()
+        )
+        loss_fn(logp, logp.detach(), adv, mask, **opts, **extra).loss.backward()
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"loss {cfg.loss.name!r} with these loss.* options: {e}") from None
+    return reward_fn, adv_fn, loss_fn, opts
+
+
+def loss_options(lc: LossConfig) -> dict[str, Any]:
+    """Keyword options for the registered loss `lc.name` (not the tensors, normalizer or anchor)."""
+    if lc.name == "rpg":
+        return dict(
+            divergence=lc.divergence,
+            style=lc.style,
+            beta=lc.beta,
+            level=lc.level,
+            agg=lc.agg,
+            clip=lc.clip,
+            eps_low=lc.eps_low,
+            eps_high=lc.eps_high,
+            c=lc.c,
+            branch=lc.clip_branch,
+            kl_in_clip=lc.kl_in_clip,
+            analogue=lc.analogue,
+            kl_value_clamp=lc.kl_clamp,
+        )
+    # PPO family (ppo, grpo, dapo, reinforce_pp): ratio clip always, dual clip c with clip='dual'
+    opts: dict[str, Any] = dict(
+        eps_low=lc.eps_low, eps_high=lc.eps_high, clip_c=lc.c if lc.clip == "dual" else None, agg=lc.agg
+    )
+    if lc.kl is not None:
+        opts.update(kl=lc.kl, beta=lc.beta, kl_clamp=lc.kl_clamp)
+    return opts
+
+
+def anchor_kwargs(lc: LossConfig, anchor_logp: torch.Tensor | None, old_logp: torch.Tensor) -> dict[str, Any]:
+    """How the anchor reaches the loss: rpg takes `anchor_logp` (None = the sampler); PPO-family losses with a KL
+    term take `ref_logp` (GRPO requires one: with the behaviour anchor that is `old_logp`, the iterative
+    reference of spec 6)."""
+    if lc.name == "rpg":
+        return {"anchor_logp": anchor_logp}
+    if lc.kl is None:
+        return {}
+    return {"ref_logp": old_logp if anchor_logp is None else anchor_logp}
+
+
+def build_model(cfg: Config):
+    """(model, tokenizer): the tiny local model (char tokenizer for the synthetic task, bytes otherwise) or a
+    Hugging Face folder (`model.path`). A missing folder raises UsageError."""
+    from rpgrl import models
+
+    m = cfg.model
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m.dtype]
+    if m.path == "tiny":
+        if cfg.synthetic:
+            from rpgrl.rewards.synthetic import CHARS
+
+            tokenizer = models.build_char_tokenizer(CHARS)
+        else:
+            tokenizer = models.build_byte_tokenizer()
+        model = models.build_tiny_model(
+            tokenizer,
+            hidden=m.hidden_size,
+            layers=m.num_layers,
+            heads=m.num_heads,
+            kv_heads=m.num_kv_heads,
+            ffn=m.intermediate_size,
+            max_positions=max(2048, cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
+            seed=cfg.train.seed,
+        ).to(dtype)
+    else:
+        model, tokenizer = models.load_model(m.path, dtype=dtype)
+    return model.eval(), tokenizer
+
+
+@dataclasses.dataclass
+class Task:
+    """Encoded prompts and answers. `*_problems` are the synthetic Problem objects (None for file datasets)."""
+
+    train_prompts: list[list[int]]
+    train_answers: list[str]
+    val_prompts: list[list[int]]
+    val_answers: list[str]
+    train_problems: list | None = None
+    val_problems: list | None = None
+
+
+def encode_prompt(tokenizer, prompt: Any, *, chat: bool, max_length: int) -> list[int]:
+    """Token ids of one prompt (a string or chat messages): rendered with the chat template when `chat` and the
+    tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS).
+    Left-truncated to `max_length` as verl does."""
+    from rpgrl.data import prompt_text
+    from rpgrl.evaluation import encode_messages
+
+    if chat and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        return encode_messages(tokenizer, messages, max_length=max_length)
+    return list(tokenizer(prompt_text(prompt))["input_ids"])[-max_length:]
+
+
+def load_task(cfg: Config, tokenizer) -> Task:
+    """The training and held-out prompts: generated (synthetic) or read from JSONL/parquet (`rpgrl.data`)."""
+    d = cfg.data
+    if cfg.synthetic:
+        from rpgrl.rewards.synthetic import make_problems
+
+        train = make_problems(d.num_train, seed=cfg.train.seed, split="train")
+        val = make_problems(d.num_val, seed=0, split="val")  # one fixed held-out set, whatever the seed
+        chat = False
+        tp, ta = [p.prompt for p in train], [p.answer for p in train]
+        vp, va = [p.prompt for p in val], [p.answer for p in val]
+    else:
+        from rpgrl.data import load_prompts
+
+        chat = cfg.model.chat_template
+        tp, ta = load_prompts(d.train, prompt_key=d.prompt_key, answer_key=d.answer_key)
+        vp, va = load_prompts(d.val, prompt_key=d.prompt_key, answer_key=d.answer_key) if d.val else ([], [])
+        train = val = None
+
+    def enc(prompts):
+        return [encode_prompt(tokenizer, p, chat=chat, max_length=d.max_prompt_length) for p in prompts]
+
+    return Task(enc(tp), list(ta), enc(vp), list(va), train, val)
+
+
+def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    o = cfg.optim
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    import schedulefree
+
+    # warm-up is ours (training steps, lr_multiplier), as the released code puts LambdaLR on top
+    opt = schedulefree.AdamWScheduleFree(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    opt.train()
+    return opt
+
+
+def lr_multiplier(step: int, warmup: int) -> float:
+    """verl's constant-with-warm-up schedule counted in training steps (1-based): min(1, (step - 1) / warmup)."""
+    return 1.0 if warmup <= 0 else min(1.0, (step - 1) / warmup)
+
+
+class PromptStream:
+    """Training prompt order: a fresh seeded permutation every epoch; the state is (epoch, position)."""
+
+    def __init__(self, n: int, seed: int, shuffle: bool):
+        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.epoch, self.pos = 0, 0
+        self._order = self._permutation()
+
+    def _permutation(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.n))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.n, generator=g).tolist()
+
+    def next(self, k: int) -> list[int]:
+        out = []
+        while len(out) < k:
+            if self.pos == self.n:
+                self.epoch, self.pos = self.epoch + 1, 0
+                self._order = self._permutation()
+            take = min(k - len(out), self.n - self.pos)
+            out += self._order[self.pos : self.pos + take]
+            self.pos += take
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, s: dict[str, int]) -> None:
+        self.epoch, self.pos = s["epoch"], s["pos"]
+        self._order = self._permutation()
+
+
+def _check_run_dir(out: Path, resume: bool) -> None:
+    if resume:
+        if not (out / "config.json").is_file():
+            raise UsageError(f"--resume: no run to resume in {out} (no config.json)")
+    elif out.exists() and any(out.iterdir()):
+        raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pieces of a step
+
+
+def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
+    """Rewards (B,) float64, correctness (B,) bool and summed parts; a non-finite reward names the sample."""
+    values, correct, parts = [], [], {}
+    for i, (text, ans) in enumerate(zip(texts, answers, strict=True)):
+        r = reward_fn(text, ans)
+        if not math.isfinite(r.value):
+            raise UsageError(f"reward {name!r} returned {r.value} for sample {i} (response {text[:60]!r})")
+        values.append(r.value)
+        correct.append(bool(r.correct))
+        for k, v in r.parts.items():
+            parts.setdefault(k, []).append(float(v))
+    return (
+        torch.tensor(values, dtype=torch.float32),
+        torch.tensor(correct, dtype=torch.bool),
+        {k: torch.tensor(v) for k, v in parts.items()},
+    )
+
+
+def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator, reward_fn, cfg: Config):
+    """Sample G responses for the step's prompts and score them; drop or (DAPO 'fill') regenerate groups whose
+    responses are all correct or all wrong. Returns (kept Rollout, its rewards (B,), metrics over every sampled
+    response, timings). The rows of a group stay adjacent; group ids are distinct across generation batches."""
+    from rpgrl.rollout import sample
+    from rpgrl.shaping import group_filter_keep, overlong_penalty
+
+    r = cfg.rollout
+    timing = {"generation": 0.0, "scoring": 0.0}
+    kept, n_kept, rewards_all, correct_all, lengths_all, parts_all = [], 0, [], [], [], {}
+    n_gen = 0
+    while r.group_filter != "fill" or n_kept < r.prompts_per_step:
+        if n_gen == r.max_gen_batches:
+            raise RuntimeError(
+                f"dynamic sampling: only {n_kept} of {r.prompts_per_step} prompt groups had mixed outcomes after "
+                f"{n_gen} generation batches (rollout.max_gen_batches)"
+            )
+        n_gen += 1
+        idx = stream.next(r.prompts_per_gen_batch if r.group_filter == "fill" else r.prompts_per_step)
+        t = time.perf_counter()
+        rollout = sample(
+            model,
+            tokenizer,
+            [task.train_prompts[i] for i in idx],
+            n=r.group_size,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            batch_size=max(1, r.gen_batch_size // r.group_size),
+            generator=generator,
+        )
+        timing["generation"] += time.perf_counter() - t
+        t = time.perf_counter()
+        answers = [task.train_answers[idx[g]] for g in rollout.group.tolist()]
+        rewards, correct, parts = score(reward_fn, cfg.data.reward, rollout.texts, answers)
+        if r.overlong_buffer > 0:
+            rewards = rewards + overlong_penalty(
+                rollout.lengths, r.max_new_tokens, r.overlong_buffer, r.overlong_factor, dtype=rewards.dtype
+            )
+        rewards_all.append(rewards)
+        correct_all.append(correct)
+        lengths_all.append(rollout.lengths)
+        for k, v in parts.items():
+            parts_all.setdefault(k, []).append(v)
+        if r.group_filter == "off":
+            keep = torch.ones(len(rollout), dtype=torch.bool)
+        else:  # spec 5.3: filter on correctness, not on the shaped reward
+            keep = group_filter_keep(correct, rollout.group)
+        kept.append((rollout.select(keep), rewards[keep]))
+        n_kept += int(rollout.group[keep].unique().numel())
+        timing["scoring"] += time.perf_counter() - t
+        if r.group_filter != "fill":
+            break
+    batch, rewards = _concat_kept(kept, r.prompts_per_step, cfg, tokenizer)
+    rewards_all, correct_all, lengths_all = torch.cat(rewards_all), torch.cat(correct_all), torch.cat(lengths_all)
+    n = rewards_all.numel()
+    metrics = {
+        "reward/mean": rewards_all.mean(),
+        "reward/std": rewards_all.std() if n > 1 else torch.zeros(()),
+        "reward/correct": correct_all.float().mean(),
+        **{f"reward/{k}": torch.cat(v).float().mean() for k, v in parts_all.items() if k != "correct"},
+        "response/length_mean": lengths_all.float().mean(),
+        "response/length_max": lengths_all.max().float(),
+        "response/truncated_frac": (lengths_all >= r.max_new_tokens).float().mean(),
+        "batch/gen_batches": n_gen,
+        "batch/sampled": n,
+        "batch/trained": len(batch),
+    }
+    return batch, rewards, to_floats(metrics), timing
+
+
+def _concat_kept(parts, max_groups: int, cfg: Config, tokenizer):
+    """Concatenate the kept groups of one or more generation batches; with 'fill', keep the first `max_groups`."""
+    from rpgrl.rollout import cat_rollouts
+
+    rolls = [p[0] for p in parts if len(p[0])]
+    if not rolls:
+        return parts[0][0], parts[0][1]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batch = rolls[0] if len(rolls) == 1 else cat_rollouts(rolls, pad_id=pad)
+    rewards = torch.cat([p[1] for p in parts])
+    if cfg.rollout.group_filter == "fill":
+        rows = torch.isin(batch.group, batch.group.unique_consecutive()[:max_groups])
+        batch, rewards = batch.select(rows), rewards[rows]
+    return batch.compact(), rewards
+
+
+def minibatches(group: torch.Tensor, prompts_per_mb: int | None) -> list[torch.Tensor]:
+    """Row indices of each mini-batch: consecutive whole prompt groups, `prompts_per_mb` groups each (None: all).
+    `group` (B,) holds each row's prompt id; the rows of a group are adjacent."""
+    rows = torch.arange(group.numel())
+    if prompts_per_mb is None:
+        return [rows]
+    _, counts = group.unique_consecutive(return_counts=True)
+    sizes = [int(c.sum()) for c in counts.split(prompts_per_mb)]
+    return list(rows.split(sizes))
+
+
+def _batched_logprobs(model, batch, cfg: Config, with_entropy: bool = False):
+    from rpgrl.rollout import token_logprobs
+
+    lps, ents = [], []
+    for rows in torch.arange(len(batch)).split(cfg.train.micro_batch_size):
+        lp, ent = token_logprobs(
+            model,
+            batch.select(rows),
+            temperature=cfg.rollout.temperature,
+            chunk_size=cfg.train.logprob_chunk,
+            with_entropy=with_entropy,
+        )
+        lps.append(lp)
+        ents.append(ent)
+    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _eval_slice(task: Task, cfg: Config) -> tuple[list[list[int]], list[str]]:
+    k = cfg.eval.max_problems
+    return (task.val_prompts[:k], task.val_answers[:k]) if k else (task.val_prompts, task.val_answers)
+
+
+def greedy_accuracy(model, tokenizer, prompts: list[list[int]], answers: list[str], cfg: Config) -> float:
+    """Fraction of prompts whose greedy response is correct (the reward's `correct`); NaN without prompts."""
+    from rpgrl.rewards import get_reward
+    from rpgrl.rollout import sample
+
+    if not prompts:
+        return float("nan")
+    reward_fn = get_reward(cfg.data.reward)
+    r = sample(
+        model,
+        tokenizer,
+        prompts,
+        n=1,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        greedy=True,
+        batch_size=cfg.rollout.gen_batch_size,
+    )
+    return sum(bool(reward_fn(t, a).correct) for t, a in zip(r.texts, answers, strict=True)) / len(prompts)
+
+
+def run_eval(model, tokenizer, task: Task, benchmarks: list, cfg: Config, step: int, state: dict, out: Path) -> dict:
+    """Greedy held-out accuracy (`eval/accuracy`) and, with `eval.benchmarks`, mean@k / pass@k / best@k per
+    benchmark plus the running Best (spec 7.7). Appends the row to `eval.jsonl` and updates `state`."""
+    prompts, answers = _eval_slice(task, cfg)
+    t = time.perf_counter()
+    row: dict[str, Any] = {"step": step, "eval/accuracy": greedy_accuracy(model, tokenizer, prompts, answers, cfg)}
+    if benchmarks:
+        from rpgrl.evaluation import evaluate
+
+        metrics = evaluate(
+            model,
+            tokenizer,
+            benchmarks,
+            k=cfg.eval.samples,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            mode=cfg.eval.scoring,
+            batch_size=max(1, cfg.rollout.gen_batch_size // cfg.eval.samples),
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            seed=cfg.train.seed,
+            limit_problems=cfg.eval.max_problems,
+            max_prompt_length=cfg.data.max_prompt_length,
+        )
+        row.update(metrics)
+        row.update(state["tracker"].update(step, metrics))
+    row["perf/eval_s"] = time.perf_counter() - t
+    if math.isfinite(row["eval/accuracy"]):
+        state["best_accuracy"] = max(row["eval/accuracy"], state["best_accuracy"] or 0.0)
+    with open(out / "eval.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
+
+
+def load_benchmarks(cfg: Config) -> list:
+    """The `eval.benchmarks` files, read (and checked) up front."""
+    if not cfg.eval.benchmarks:
+        return []
+    from rpgrl.data import load_benchmark
+
+    return [load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()]
+
+
+def _tracker(cfg: Config):
+    if not cfg.eval.benchmarks:
+        return None
+    from rpgrl.evaluation import EvalTracker
+
+    return EvalTracker(metric=f"mean@{cfg.eval.samples}")
+
+
+class _averaged_weights:
+    """Context: schedule-free optimizers expose their averaged weights x (eval mode) inside; AdamW: no-op."""
+
+    def __init__(self, opt):
+        self.opt = opt
+
+    def __enter__(self):
+        if hasattr(self.opt, "eval"):
+            self.opt.eval()
+
+    def __exit__(self, *exc):
+        if hasattr(self.opt, "train"):
+            self.opt.train()
+
+
+def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
+    from rpgrl.trainer.sft import warm_start
+
+    if task.train_problems is None:
+        raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
+    stats = warm_start(
+        model,
+        tokenizer,
+        task.train_problems,
+        task.val_problems,
+        cfg.sft,
+        seed=cfg.train.seed,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        progress=cfg.train.progress,
+    )
+    info = dataclasses.asdict(stats)
+    print0(
+        f"warm start: {stats.steps} steps in {stats.seconds:.0f} s, held-out greedy {100 * stats.greedy_acc:.1f}%, "
+        f"sampled {100 * stats.sampled_acc:.1f}%"
+    )
+    return info
+
+
+def _save(out, step, model, opt, anchor, stream, generator, state, cfg) -> None:
+    save_checkpoint(
+        out / "checkpoints",
+        step,
+        {
+            "step": step,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "anchor": anchor.state_dict(),
+            "data": stream.state_dict(),
+            "rng": rng_state(generator),
+            "trainer": dict(state),
+        },
+        keep=cfg.train.keep_checkpoints,
+    )
+
+
+def _print_config(cfg: Config, out: Path) -> None:
+    for sec, values in config_to_dict(cfg).items():
+        print0(f"{sec}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    print0(f"resolved config: {out / 'config.json'}")
