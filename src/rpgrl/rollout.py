@@ -384,6 +384,9 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     )
 
 
+LOGITS_BUDGET = 2**26  # logits elements per chunk in token_logprobs (256 MiB in float32)
+
+
 def _check_plain_lm_head(model) -> None:
     # token_logprobs applies lm_head itself; models that post-process logits would silently differ from sampling.
     cfg = model.config
@@ -407,7 +410,7 @@ def token_logprobs(
     rollout: Rollout,
     *,
     temperature: float = 1.0,
-    chunk_size: int = 4096,
+    chunk_size: int | None = None,
     with_entropy: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs of the response tokens under `model`, from logits / temperature: (B, T), 0 off the response mask.
@@ -416,19 +419,23 @@ def token_logprobs(
     each response position, (B, T), 0 off the mask; else None.
 
     Runs the base model once for the hidden states, then applies the output head + log-softmax to the masked
-    response positions in chunks of `chunk_size` positions; when gradients are enabled each chunk is wrapped in
-    `torch.utils.checkpoint`, so at most one (chunk_size, V) float32 logits block is alive at a time.
+    response positions in chunks of `chunk_size` positions (flattened over rows; None = as many as keep one chunk's
+    logits under LOGITS_BUDGET elements, e.g. all of them for a 25-token vocabulary, ~440 for Qwen's 152k); when
+    gradients are enabled each chunk is wrapped in `torch.utils.checkpoint`, so at most one (chunk_size, V) float32
+    logits block is alive at a time.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
     """
     if not temperature > 0:
         raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
-    if chunk_size < 1:
+    if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"token_logprobs: chunk_size must be >= 1, got {chunk_size}")
     _check_plain_lm_head(model)
     P = rollout.prompt_len
     if P < 1:
         raise ValueError("token_logprobs: rollout has no prompt token to condition the first response token on")
     head = model.get_output_embeddings()
+    if chunk_size is None:
+        chunk_size = max(1, LOGITS_BUDGET // head.weight.shape[0])
     hidden = model.get_decoder()(
         input_ids=rollout.input_ids,
         attention_mask=rollout.attention_mask,
