@@ -12,7 +12,7 @@ import pytest
 import torch
 from enumerate_policy import TabularPolicy
 
-from rpgrl.objectives import LOSSES
+from rpgrl.objectives import LOSSES, aggregate
 from rpgrl.objectives.rpg import rpg_loss
 
 DT = torch.float64
@@ -617,6 +617,10 @@ def test_micro_batches_with_global_normalizer_give_the_full_batch_gradient(varia
     lp, lpo, A, mask, anchor = batch()
     kw = dict(divergence="urkl", beta=0.2, agg=agg, **variant)
     full, g_full = loss_and_grad(lp, lpo, A, mask, anchor_logp=anchor, **kw)
+    if full.per_token is not None:  # the loss is reduce.aggregate of the per-token loss, normalizer included
+        assert torch.allclose(full.loss, aggregate(full.per_token, mask, agg), rtol=1e-13)
+        out = rpg_loss(lp, lpo, A, mask, anchor_logp=anchor, normalizer=3.5, **kw)
+        assert torch.allclose(out.loss, aggregate(out.per_token, mask, agg, normalizer=3.5), rtol=1e-13)
     norm = mask.sum() if agg == "token-mean" else lp.shape[0]
     total, g_parts = 0.0, []
     for s in (slice(0, 3), slice(3, 4), slice(4, 8)):

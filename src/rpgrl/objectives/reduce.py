@@ -13,8 +13,10 @@ AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Sum of `x * mask` (over `dim`, or everything). Padding values never leak in, even when they are inf/NaN."""
-    x = torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    """Sum of `x` over positions where `mask` is set (over `dim`, or everything). Padding values never leak in, even
+    when they are inf/NaN. `mask` may be bool or 0/1 numbers."""
+    keep = mask if mask.dtype == torch.bool else mask != 0
+    x = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
     return x.sum() if dim is None else x.sum(dim)
 
 
@@ -37,7 +39,7 @@ def aggregate(
     """
     if agg not in AGG_MODES:
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
-    mask = mask.to(per_token.dtype)
+    # counts come from the mask as given (a bool mask sums to an exact integer); no dtype round trips
     if agg == "token-mean":
         n = mask.sum() if normalizer is None else normalizer
         return masked_sum(per_token, mask) / n

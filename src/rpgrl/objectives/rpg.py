@@ -14,7 +14,7 @@ import torch
 
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss
-from rpgrl.objectives.reduce import AGG_MODES, aggregate
+from rpgrl.objectives.reduce import AGG_MODES
 
 STYLES = ("differentiable", "reinforce")
 LEVELS = ("token", "sequence")
@@ -123,7 +123,6 @@ def rpg_loss(
             "kl_value_clamp clamps a separate KL term: use style='differentiable' with clip=None or kl_in_clip=False"
         )
     mask_b = _check_tensors(logp, old_logp, advantages, mask, anchor_logp, level)
-    mask_f = mask_b.to(logp.dtype)
     old_logp, advantages = old_logp.detach(), advantages.detach()
 
     # Per-token log-ratios, zeroed at padding so garbage there never reaches exp() or backward().  (B, T)
@@ -133,61 +132,60 @@ def rpg_loss(
     if level == "sequence":
         log_w = log_w_tok.sum(-1)  # (B,)
         log_rho = None if log_rho_tok is None else log_rho_tok.sum(-1)  # (B,)
-        total = log_w.detach().sum()
     else:
         log_w, log_rho = log_w_tok, log_rho_tok  # (B, T)
         adv = adv if adv.dim() == 2 else adv[:, None]  # (B, 1) broadcasts over T
-        total = log_w.detach().sum()
-    if log_rho is not None:
-        total = total + log_rho.sum()
-    _check_finite(total + adv.sum(), logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b)
+    lw_total = log_w.detach().sum()  # sum over all tokens (padding is 0)
+    rho_total = None if log_rho is None else log_rho.sum()
+    check = lw_total + adv.sum() + (0.0 if rho_total is None else rho_total)
+    _check_finite(check, logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b)
 
-    n_tok = mask_f.sum()
+    n_tok = mask_b.sum()
     unit_mask = mask_b if level == "token" else None
 
-    def unit_mean(x: torch.Tensor) -> torch.Tensor:  # fraction/mean over units (tokens or sequences), detached
+    def unit_mean(x: torch.Tensor) -> torch.Tensor:  # fraction of units (tokens or sequences) where x holds
         if unit_mask is None:
             return x.to(logp.dtype).mean()
-        return torch.where(unit_mask, x, 0).to(logp.dtype).sum() / n_tok
+        return (x & unit_mask).sum().to(logp.dtype) / n_tok
 
     metrics: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         lw = log_w.detach()
-        inf = torch.tensor(math.inf, dtype=lw.dtype, device=lw.device)
-        metrics["log_w/max"] = lw.max() if unit_mask is None else torch.where(unit_mask, lw, -inf).max()
-        metrics["log_w/min"] = lw.min() if unit_mask is None else torch.where(unit_mask, lw, inf).min()
+        if unit_mask is not None:  # the mean of the valid entries lies between their min and max: a neutral fill
+            lw = torch.where(unit_mask, lw, lw_total / n_tok)
+        metrics["log_w/min"], metrics["log_w/max"] = torch.aminmax(lw)
         if max_log_w is not None:
-            metrics["clip/frac_max_log_w"] = unit_mean(lw > max_log_w)
+            metrics["clip/frac_max_log_w"] = unit_mean(log_w.detach() > max_log_w)
     if max_log_w is not None:
         log_w = log_w.clamp(max=max_log_w)
     log_u = log_w if log_rho is None else log_w - log_rho
 
     bounds = _Bounds(eps_low, eps_high, c)
-    kl_unit = None  # rho * phi(u) per unit (beta-less), when the loss already computed it
+    kl_unit = None  # rho * phi(u) per unit (beta-less), when the loss already computed it; 0 at padding
     if style == "differentiable":
         loss_unit, kl_unit = _differentiable(
             log_w, log_u, log_rho, adv, divergence, beta, clip, bounds, branch, sep_kl, analogue, kl_value_clamp,
             unit_mean, metrics,
         )  # fmt: skip
         if level == "sequence":
-            per_token = None
-            loss = _aggregate_sequences(loss_unit, mask_f, agg, normalizer)
+            per_token, row_loss = None, loss_unit
         else:
-            per_token = loss_unit * mask_f  # zero at padding (everything there is finite)
-            loss = aggregate(per_token, mask_f, agg, normalizer)
+            per_token = torch.where(mask_b, loss_unit, 0.0)  # loss_unit is -A at padding
+            row_loss = per_token.sum(-1)
     else:
         with torch.no_grad():
-            coef, active = _reinforce_coef(
+            neg_coef, active = _reinforce_coef(
                 log_w.detach(), log_u.detach(), log_rho, adv, divergence, beta, clip, bounds, branch, unit_mean, metrics
             )
         lp = torch.where(mask_b, logp, 0.0)  # (B, T)
         if level == "sequence":
-            coef = coef[:, None]
+            neg_coef = neg_coef[:, None]
             active = None if active is None else active[:, None]
         if active is not None:  # clipped rows of Alg. 2: value kept, gradient cut
             lp = torch.where(active, lp, lp.detach())
-        per_token = -coef * lp
-        loss = aggregate(per_token, mask_f, agg, normalizer)
+        per_token = neg_coef * lp  # zero at padding
+        row_loss = per_token.sum(-1)
+    loss = _aggregate_rows(row_loss, mask_b, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
 
     if not torch.isfinite(loss):
         raise ValueError(
@@ -197,19 +195,15 @@ def rpg_loss(
     with torch.no_grad():
         if kl_unit is None:
             kl_unit = dv.regularizer(divergence, log_u.detach(), log_rho)
-        kl_unit = kl_unit.detach()
-        if level == "sequence":
-            kl_loss = beta * _aggregate_sequences(kl_unit, mask_f, agg, normalizer)
-            metrics[f"kl/{divergence}"] = kl_unit.mean()
-        else:
-            kl_tok = kl_unit * mask_f
-            kl_loss = beta * aggregate(kl_tok, mask_f, agg, normalizer)
-            metrics[f"kl/{divergence}"] = kl_tok.sum() / kl_tok.shape[0]
+        kl_rows = kl_unit.detach() if level == "sequence" else kl_unit.detach().sum(-1)  # (B,)
+        kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else torch.zeros_like(loss)
+        metrics[f"kl/{divergence}"] = kl_rows.mean()
         lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
-        metrics["kl/k3_anchor"] = (torch.expm1(-lu_tok) + lu_tok).mul_(mask_f).sum() / n_tok
-        metrics["kl/k1_old"] = -log_w_tok.detach().sum() / n_tok
+        lu_total = lw_total if rho_total is None else lw_total - rho_total
+        metrics["kl/k3_anchor"] = (torch.expm1(-lu_tok).sum() + lu_total) / n_tok  # k3 = expm1(-lu) + lu, 0 at pad
+        metrics["kl/k1_old"] = -lw_total / n_tok
         metrics["loss/total"] = loss.detach()
-        metrics["loss/kl"] = kl_loss
+        metrics["loss/kl"] = kl_loss.detach()
         metrics["loss/policy"] = loss.detach() - kl_loss
     return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
 
@@ -256,34 +250,35 @@ def _differentiable(
             with torch.no_grad():
                 metrics["clip/frac_kl_clamp"] = unit_mean(kl_unit.detach().abs() > kl_value_clamp)
             kl_unit = kl_unit.clamp(-kl_value_clamp, kl_value_clamp)
+    add_kl = kl_unit is not None and beta > 0
     if clip is None:
-        loss = -w * adv
-        return (loss if kl_unit is None else loss + beta * kl_unit), kl_unit
+        loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
+        return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
 
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
-    if sep_kl:
-        a_hat = adv
-    elif analogue == "exact":
-        a_hat = adv - beta * dv.phi_over_u(divergence, log_u)  # -w A_hat == -w A + beta rho phi(u)
+    if sep_kl or beta == 0:
+        neg_a_hat = -adv
+    elif analogue == "exact":  # -w A_hat == -w A + beta rho phi(u)
+        neg_a_hat = torch.add(-adv, dv.phi_over_u(divergence, log_u), alpha=beta)
     else:  # paper's analogues (rkl, urkl; fkl/ufkl are sep_kl)
-        a_hat = adv - beta * ((log_u + 1) if divergence == "rkl" else log_u)
-    pos = (a_hat.detach() >= 0) if branch == "effective" else (adv > 0)
+        neg_a_hat = torch.add(-adv, (log_u + 1) if divergence == "rkl" else log_u, alpha=beta)
+    pos = (neg_a_hat.detach() <= 0) if branch == "effective" else (adv > 0)
     # exp of the clamped log-ratio: the value and gradient of clamp(w), never overflowing. The bounds sit one ulp
     # inside so that a ratio exactly on a bound is clipped (no gradient), as in the tables of spec 4.1/4.2.
     log_lo = torch.where(pos, _inside(-math.inf, +1, log_w), _inside(b.log_lo, +1, log_w))
     log_hi = torch.where(pos, _inside(b.log_hi, -1, log_w), _inside(b.log_c, -1, log_w))
-    loss = -a_hat * torch.exp(log_w.clamp(log_lo, log_hi))
+    loss = neg_a_hat * torch.exp(log_w.clamp(log_lo, log_hi))
     with torch.no_grad():
         lw = log_w.detach()
         metrics["clip/frac_high"] = unit_mean(pos & (lw >= b.log_hi))
         metrics["clip/frac_low"] = unit_mean(~pos & (lw <= b.log_lo))
         metrics["clip/frac_dual"] = unit_mean(~pos & (lw >= b.log_c))
-    return (loss if kl_unit is None else loss + beta * kl_unit), kl_unit
+    return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
 
 
 def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Bounds, branch, unit_mean, metrics):
-    """Detached REINFORCE coefficient per unit (spec 2.1 Weight, 4.2 Alg. 2, Remark F.2) and the active mask of
-    Alg. 2 (None when nothing is masked). The loss is -coef * logp with logp cut where not active."""
+    """Minus the detached REINFORCE coefficient per unit (spec 2.1 Weight, 4.2 Alg. 2, Remark F.2) and the active
+    mask of Alg. 2 (None when nothing is masked). The loss is -coef * logp with logp cut where not active."""
     rho = None if log_rho is None else torch.exp(log_rho)
 
     def kl_part(lu: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # C = -beta rho u phi'(u)
@@ -297,12 +292,12 @@ def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Boun
         uc = wc if log_rho is None else torch.exp(log_uc)
         metrics["clip/frac_low"] = unit_mean(log_w < b.log_lo)
         metrics["clip/frac_high"] = unit_mean(log_w > b.log_hi)
-        return wc * adv + kl_part(log_uc, uc), None
+        return (wc * adv).add_(kl_part(log_uc, uc)).neg_(), None
 
     if clip is None:
         w = torch.exp(log_w)
         u = w if log_rho is None else torch.exp(log_u)
-        return w * adv + kl_part(log_u, u), None
+        return (w * adv).add_(kl_part(log_u, u)).neg_(), None
 
     # clip == "dual" (Alg. 2): branch on A' = A + C/w = A - beta phi'(u); rows 1/4 active, rows 2/3/5 constant.
     # w_b = clamp(w, lo_t, hi_t) is w in active rows and the bound in clipped ones; C is taken at w_b, which is the
@@ -316,16 +311,17 @@ def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Boun
     metrics["clip/frac_high"] = unit_mean(pos & ~active)
     metrics["clip/frac_low"] = unit_mean(~pos & (log_w <= b.log_lo))
     metrics["clip/frac_dual"] = unit_mean(~pos & (log_w >= b.log_c))
-    return w_b * adv + kl_part(log_ub, u_b), active
+    return (w_b * adv).add_(kl_part(log_ub, u_b)).neg_(), active
 
 
-def _aggregate_sequences(per_seq: torch.Tensor, mask_f: torch.Tensor, agg: str, normalizer) -> torch.Tensor:
-    """`aggregate` for a per-sequence loss (B,) read as each response's token-sum (mask_f: (B, T))."""
+def _aggregate_rows(row: torch.Tensor, mask_b: torch.Tensor, agg: str, normalizer) -> torch.Tensor:
+    """`aggregate` from per-response token-sums `row` (B,) of a loss that is zero at padding (mask_b: (B, T)).
+    A sequence-level loss is read as its response's token-sum."""
     if agg == "token-mean":
-        return per_seq.sum() / (mask_f.sum() if normalizer is None else normalizer)
+        return row.sum() / (mask_b.sum() if normalizer is None else normalizer)
     if agg == "seq-mean-token-mean":
-        per_seq = per_seq / mask_f.sum(-1)
-    return per_seq.sum() / (per_seq.shape[0] if normalizer is None else normalizer)
+        row = row / mask_b.sum(-1)
+    return row.sum() / (row.shape[0] if normalizer is None else normalizer)
 
 
 # ---------------------------------------------------------------------------------------------------- validation
