@@ -90,6 +90,8 @@ def test_bad_data_files(capsys, tmp_path):
         (["--loss.bta", "1"], "unknown config key"),
         (["--data.train", "/nonexistent.jsonl"], "data file not found"),
         (["grpo"], "differs from the run saved in"),
+        (["--model.hidden_size", "64"], "does not fit this config"),  # the checkpoint holds a hidden-32 model
+        (["--optim.name", "schedulefree"], "was written by adamw, not schedulefree"),
     ],
 )
 def test_bad_input_on_resume_leaves_run_untouched(capsys, finished_run, argv, needle):

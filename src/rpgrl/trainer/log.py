@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -106,12 +106,13 @@ def read_metrics(path: Path) -> list[dict]:
     return rows
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Keep only rows with `row["step"] <= step` (atomically), so a resumed run rewrites later steps once."""
+def truncate_metrics(path: Path, step: int, keep: Callable[[dict], bool] | None = None) -> None:
+    """Keep only rows with `row["step"] <= step` (and `keep(row)`), atomically, so a resumed run rewrites later
+    steps exactly once."""
     path = Path(path)
     if not path.is_file():
         return
-    rows = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    rows = [r for r in read_metrics(path) if r.get("step", 0) <= step and (keep is None or keep(r))]
     write_text_atomic(path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows))
 
 

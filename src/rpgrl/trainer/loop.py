@@ -92,33 +92,41 @@ def train(
     opt = make_optimizer(cfg, params)
     generator = torch.Generator().manual_seed(cfg.train.seed)
     stream = PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle)
-    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
-
-    # --- Run directory: resolved config, metrics file truncated to the checkpoint
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
-    start_step = 0
     state: dict[str, Any] = {"start_accuracy": None, "collapse_run": 0, "best_accuracy": None, "sft": None}
     state["tracker"] = _tracker(cfg)
-    if ckpt is not None:
+    start_step, anchor = 0, None
+    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
+    if ckpt is not None:  # restore everything now, so a checkpoint that does not fit the config changes nothing
         saved = load_checkpoint(ckpt)
-        model.load_state_dict(saved["model"])
+        if saved.get("optimizer_name", cfg.optim.name) != cfg.optim.name:  # the states would load but mean nothing
+            raise UsageError(f"checkpoint {ckpt} was written by {saved['optimizer_name']}, not {cfg.optim.name}")
+        try:
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            anchor = Anchor(cfg.ref, model)
+            anchor.load_state_dict(saved["anchor"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise UsageError(f"checkpoint {ckpt} does not fit this config: {str(e).splitlines()[0]}") from None
+        stream.load_state_dict(saved["data"])
+        set_rng_state(saved["rng"], generator)
         start_step = saved["step"]
         state.update(saved["trainer"])
-        print0(f"resuming from {ckpt} (step {start_step})")
+        del saved
+
+    # --- Run directory: resolved config; metrics and evaluations cut back to the checkpoint
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
     truncate_metrics(out / "metrics.jsonl", start_step)
+    truncate_metrics(out / "eval.jsonl", start_step, keep=lambda r: not r.get("final"))
     _print_config(cfg, out)
+    if ckpt is not None:
+        print0(f"resuming from {ckpt} (step {start_step})")
 
     # --- Supervised warm start (synthetic task only), then the held-out accuracy RL starts from
     if ckpt is None and cfg.sft.max_steps > 0:
         state["sft"] = _warm_start(model, tokenizer, task, cfg)
-    anchor = Anchor(cfg.ref, model)  # after the warm start: `fixed` anchors the model RL starts from
-    if ckpt is not None:
-        opt.load_state_dict(saved["optimizer"])
-        anchor.load_state_dict(saved["anchor"])
-        stream.load_state_dict(saved["data"])
-        set_rng_state(saved["rng"], generator)
-        del saved
+    if anchor is None:
+        anchor = Anchor(cfg.ref, model)  # after the warm start: `fixed` anchors the model RL starts from
     if state["start_accuracy"] is None:
         state["start_accuracy"] = run_eval(model, tokenizer, task, benchmarks, cfg, 0, state, out)["eval/accuracy"]
         print0(f"held-out greedy accuracy before RL: {100 * state['start_accuracy']:.1f}%")
@@ -242,7 +250,7 @@ def train(
     # --- Final evaluation on the averaged weights, exported model, curves, summary
     if hasattr(opt, "eval"):
         opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
-    end_acc = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out)["eval/accuracy"]
+    end_acc = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out, final=True)["eval/accuracy"]
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     rows = read_metrics(out / "metrics.jsonl")
@@ -647,7 +655,9 @@ def greedy_accuracy(model, tokenizer, prompts: list[list[int]], answers: list[st
     return sum(bool(reward_fn(t, a).correct) for t, a in zip(r.texts, answers, strict=True)) / len(prompts)
 
 
-def run_eval(model, tokenizer, task: Task, benchmarks: list, cfg: Config, step: int, state: dict, out: Path) -> dict:
+def run_eval(
+    model, tokenizer, task: Task, benchmarks: list, cfg: Config, step: int, state: dict, out: Path, final: bool = False
+) -> dict:
     """Greedy held-out accuracy (`eval/accuracy`) and, with `eval.benchmarks`, mean@k / pass@k / best@k per
     benchmark plus the running Best (spec 7.7). Appends the row to `eval.jsonl` and updates `state`."""
     prompts, answers = _eval_slice(task, cfg)
@@ -673,6 +683,8 @@ def run_eval(model, tokenizer, task: Task, benchmarks: list, cfg: Config, step: 
         row.update(metrics)
         row.update(state["tracker"].update(step, metrics))
     row["perf/eval_s"] = time.perf_counter() - t
+    if final:
+        row["final"] = 1  # the end-of-run evaluation (dropped when a resume continues past it)
     if math.isfinite(row["eval/accuracy"]):
         state["best_accuracy"] = max(row["eval/accuracy"], state["best_accuracy"] or 0.0)
     with open(out / "eval.jsonl", "a") as f:
@@ -743,6 +755,7 @@ def _save(out, step, model, opt, anchor, stream, generator, state, cfg) -> None:
             "step": step,
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
+            "optimizer_name": cfg.optim.name,
             "anchor": anchor.state_dict(),
             "data": stream.state_dict(),
             "rng": rng_state(generator),
