@@ -385,6 +385,7 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
 
 
 LOGITS_BUDGET = 2**26  # logits elements per chunk in token_logprobs (256 MiB in float32)
+MAX_CHUNK = 1024  # positions per chunk at most: measured ~10% faster than one big chunk on the tiny default
 
 
 def _check_plain_lm_head(model) -> None:
@@ -419,8 +420,8 @@ def token_logprobs(
     each response position, (B, T), 0 off the mask; else None.
 
     Runs the base model once for the hidden states, then applies the output head + log-softmax to the masked
-    response positions in chunks of `chunk_size` positions (flattened over rows; None = as many as keep one chunk's
-    logits under LOGITS_BUDGET elements, e.g. all of them for a 25-token vocabulary, ~440 for Qwen's 152k); when
+    response positions in chunks of `chunk_size` positions (flattened over rows; None = MAX_CHUNK, or fewer to keep
+    one chunk's logits under LOGITS_BUDGET elements: ~440 positions for Qwen's 152k vocabulary); when
     gradients are enabled each chunk is wrapped in `torch.utils.checkpoint`, so at most one (chunk_size, V) float32
     logits block is alive at a time.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
@@ -435,7 +436,7 @@ def token_logprobs(
         raise ValueError("token_logprobs: rollout has no prompt token to condition the first response token on")
     head = model.get_output_embeddings()
     if chunk_size is None:
-        chunk_size = max(1, LOGITS_BUDGET // head.weight.shape[0])
+        chunk_size = max(1, min(MAX_CHUNK, LOGITS_BUDGET // head.weight.shape[0]))
     hidden = model.get_decoder()(
         input_ids=rollout.input_ids,
         attention_mask=rollout.attention_mask,
