@@ -4,6 +4,7 @@ import gc
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,3 +189,33 @@ def test_non_finite_reward_names_the_sample():
 
     with pytest.raises(UsageError, match="returned nan for sample 1"):
         loop.score(bad, "bad", ["a", "b"], ["1", "2"])
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "amc-23.parquet").is_file(), reason="shared eval data not available")
+def test_file_dataset_with_benchmark_eval(tmp_path):
+    # a JSONL prompt/answer file, the byte-level tiny model, the math reward, and AMC23 scored with mean@k + Best
+    rows = [{"prompt": f"What is {a}+{a}?", "answer": str(2 * a)} for a in range(6)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tiny(
+        ("data.train", str(data)),
+        ("data.val", str(data)),
+        ("data.reward", "math01"),
+        ("eval.benchmarks", str(SHARED_DATA / "amc-23.parquet")),
+        ("eval.samples", "2"),
+        ("eval.max_problems", "2"),
+        ("eval.scoring", "strict"),
+        ("eval.every", "1"),
+        ("data.max_prompt_length", "48"),
+        ("train.max_steps", "2"),
+    )
+    summary = loop.train(cfg, tmp_path / "run")
+    evals = [json.loads(line) for line in (tmp_path / "run" / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 1, 2]
+    assert "eval/amc-23/mean@2" in evals[-1] and "eval/amc-23/best_mean@2" in evals[-1]
+    assert "eval/amc-23/mean@2" in read_metrics(tmp_path / "run" / "metrics.jsonl")[0]  # periodic, in the step row
+    assert set(summary["benchmarks"]["amc-23"]) >= {"last", "best"}
+    assert summary["eval_problems"] == 2  # eval.max_problems caps the held-out set too

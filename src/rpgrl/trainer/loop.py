@@ -269,11 +269,14 @@ def train(
         "eval_problems": len(_eval_slice(task, cfg)[0]),
     }
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    print0(
-        f"held-out greedy accuracy ({summary['eval_problems']} problems): start of RL "
-        f"{100 * state['start_accuracy']:.1f}% -> end {100 * end_acc:.1f}% "
-        f"({summary['gain_points']:+.1f} points); {summary['wall_seconds']:.0f} s total; run in {out}"
-    )
+    if summary["eval_problems"]:
+        print0(
+            f"held-out greedy accuracy ({summary['eval_problems']} problems): start of RL "
+            f"{100 * state['start_accuracy']:.1f}% -> end {100 * end_acc:.1f}% ({summary['gain_points']:+.1f} points)"
+        )
+    for bench, r in (summary["benchmarks"] or {}).items():
+        print0(f"{bench}: mean@{cfg.eval.samples} last {r['last']:.4f}, best {r.get('best', float('nan')):.4f}")
+    print0(f"{step} RL steps, {summary['wall_seconds']:.0f} s in total; run directory {out}")
     return summary
 
 
