@@ -556,6 +556,30 @@ def test_code_faithful_separate_clamped_kl(div):
 
 
 @pytest.mark.parametrize("div", DIVS)
+def test_code_faithful_mode_is_the_released_loss(div):
+    """Spec 4.3 iv: token-mean(verl PPO dual clip on A) + beta token-mean(D_kind), D clamped to [-10, 10] except
+    fkl; rpg_loss(kl_in_clip=False, branch='raw', kl_value_clamp=10 or None for fkl) gives the same loss and
+    gradient on a padded batch."""
+    lp, lpo, A, mask, _ = batch(B=16, T=9, seed=9)
+    lp = lpo + 5.0 * (lp - lpo)  # wider ratios: clip and clamp regions are hit
+    beta = 0.05
+    lpr = lp.clone().requires_grad_(True)
+    A_bt, m = A[:, None].expand_as(lp), mask.to(DT)
+    lr = lpr - lpo
+    ref_pg = (ppo_dual_clip_reference(lpr, lpo, A_bt) * m).sum() / m.sum()
+    D = PHI[div](torch.exp(lr))
+    D = D if div == "fkl" else D.clamp(-10, 10)
+    ref = ref_pg + beta * (D * m).sum() / m.sum()
+    (g_ref,) = torch.autograd.grad(ref, lpr)
+    kw = dict(divergence=div, style="differentiable", beta=beta, clip="dual", kl_in_clip=False, branch="raw")
+    out, g = loss_and_grad(lp, lpo, A, mask, kl_value_clamp=None if div == "fkl" else 10.0, **CLIP_KW, **kw)
+    assert torch.allclose(out.loss, ref, rtol=1e-12)
+    assert torch.allclose(g, g_ref, rtol=1e-11, atol=1e-15)
+    assert out.metrics["clip/frac_high"] > 0 and out.metrics["clip/frac_low"] > 0
+    assert div == "fkl" or out.metrics["clip/frac_kl_clamp"] > 0
+
+
+@pytest.mark.parametrize("div", DIVS)
 def test_algorithm2_at_sequence_level(div):
     """Sequence level, reinforce + dual clip: each response's tokens get gradient -(w(x) A + C(x)) if the response
     is in an active row, else 0; branch on A + C/w with the sequence ratio."""
