@@ -5,6 +5,7 @@ rpgrl.rpg_loss and against verl's own PPO loss; the advantage estimator against 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -156,6 +157,60 @@ def test_sequence_level(base_actor, mode):
     (ref_grad,) = torch.autograd.grad(ref.loss, logp)
     torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
+
+
+def worker_batch(logp, old, adv, mask, prompt_lens, batch_info):
+    """What verl's actor worker hands `ppo_loss`: the model's log-probs unpadded (one flat row of prompt + response
+    positions per sequence, each response token scored at the position before it) and a TensorDict batch."""
+    from tensordict import TensorDict
+
+    B, T = mask.shape
+    P = int(prompt_lens.max())
+    resp_lens = mask.sum(-1)
+    attention = torch.zeros(B, P + T, dtype=torch.long)
+    pieces = []
+    for i in range(B):
+        attention[i, P - prompt_lens[i] : P] = 1  # left-padded prompt
+        attention[i, P : P + resp_lens[i]] = 1
+        pad = torch.zeros(int(prompt_lens[i]) - 1, dtype=logp.dtype)
+        pieces += [pad, logp[i, : resp_lens[i]], torch.zeros(1, dtype=logp.dtype)]
+    data = TensorDict(
+        {
+            "prompts": torch.zeros(B, P, dtype=torch.long),
+            "responses": torch.zeros(B, T, dtype=torch.long),
+            "attention_mask": attention,
+            "response_mask": mask.long(),
+            "old_log_probs": old,
+            "advantages": adv,
+        },
+        batch_size=[B],
+    )
+    for key in ("dp_size", "batch_num_tokens", "global_batch_size"):
+        data.set_non_tensor(key, batch_info.get(key, 1 if key == "dp_size" else None))
+    return {"log_probs": torch.cat(pieces)}, data
+
+
+@pytest.mark.parametrize("info", list(BATCH_INFOS))
+def test_through_verls_own_ppo_loss(base_actor, info):
+    """The real call site: verl.workers.utils.losses.ppo_loss, which fills global_batch_info from the batch, picks
+    the mode from actor.policy_loss.loss_mode and wraps the metrics in verl's Metric."""
+    from verl.utils.metric import Metric
+    from verl.workers.utils.losses import ppo_loss
+
+    batch_info = BATCH_INFOS[info]
+    config = actor_with(base_actor, clip="dual")
+    logp, old, adv, mask = random_batch(seed=11)
+    model_output, data = worker_batch(logp, old, adv, mask, torch.tensor([1, 3, 2, 3, 1, 2]), batch_info)
+    loss, metrics = ppo_loss(config, model_output, data)
+    (grad,) = torch.autograd.grad(loss, logp)
+    n = batch_info.get("batch_num_tokens")
+    ref = rpg_loss(logp, old, adv, mask, divergence="urkl", style="reinforce", beta=0.05, clip="dual", eps_low=0.2,
+                   eps_high=0.28, c=1.5, normalizer=None if n is None else n / batch_info["dp_size"])  # fmt: skip
+    (ref_grad,) = torch.autograd.grad(ref.loss, logp)
+    torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
+    assert isinstance(metrics["actor/kl/urkl"], Metric)
+    assert math.isfinite(metrics["actor/kl/urkl"].aggregate()) and "actor/pg_loss" in metrics
 
 
 def test_sequence_level_refuses_token_varying_advantages(base_actor):
