@@ -91,13 +91,3 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
     `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1)."""
     val = phi(divergence, log_u)
     return val if log_rho is None else torch.exp(log_rho) * val
-
-
-def kl_component(
-    divergence: str, log_u: torch.Tensor, beta: float, log_rho: torch.Tensor | None = None
-) -> torch.Tensor:
-    """C = -beta * rho * u * phi'(u), the KL part of the REINFORCE weight `Weight = w A + C` (spec 4.2).
-
-    Anchor = sampler: C_fkl = beta, C_rkl = -beta w (log w + 1), C_ufkl = -beta (w - 1), C_urkl = -beta w log w."""
-    val = -beta * u_dphi(divergence, log_u)
-    return val if log_rho is None else torch.exp(log_rho) * val
