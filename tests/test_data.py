@@ -9,6 +9,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
+from shared_data import DATA, EVAL_FILES, needs_data  # noqa: E402
 
 from rpgrl.data import (  # noqa: E402
     DAPO_TEMPLATE,
@@ -18,11 +19,6 @@ from rpgrl.data import (  # noqa: E402
     load_prompts,
 )
 from rpgrl.errors import UsageError  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-EVAL_FILES = {"aime-2024": 30, "aime25": 30, "amc-23": 40}
-needs_data = pytest.mark.skipif(not (DATA / "aime25.parquet").is_file(), reason="shared eval data not present")
-
 
 # ---------- the shared evaluation files ----------
 
@@ -133,6 +129,7 @@ def test_missing_and_unsupported_files(tmp_path):
     one_line_error(load_examples, tmp_path / "x.csv", match="unsupported data file type '.csv'")
     (tmp_path / "bad.parquet").write_text("not parquet")
     one_line_error(load_benchmark, tmp_path / "bad.parquet", match="not a readable parquet file")
+    one_line_error(load_benchmark, tmp_path, match="is not a file")
 
 
 def test_empty_files(tmp_path):
@@ -146,6 +143,7 @@ def test_missing_columns(tmp_path):
     rows = [{k: v for k, v in r.items() if k != "reward_model"} for r in dapo_rows(2)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
     msg = one_line_error(load_examples, tmp_path / "t.parquet", match="missing column 'answer'")
+    assert "'reward_model.ground_truth'" in msg  # names both places an answer can live
     assert "data_source" in msg  # lists the columns it has
     one_line_error(
         load_examples, tmp_path / "t.parquet", answer_key="reward_model.ground_truth", match="column 'reward_model'"

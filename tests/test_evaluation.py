@@ -9,10 +9,10 @@ import math
 import random
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import DATA, EVAL_FILES, needs_data
 
 from rpgrl.data import Benchmark, Problem, load_benchmark
 from rpgrl.errors import UsageError
@@ -26,11 +26,6 @@ from rpgrl.evaluation import (
     pass_at_k,
     run_benchmarks,
 )
-
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-EVAL_FILES = {"aime-2024": 30, "aime25": 30, "amc-23": 40}
-needs_data = pytest.mark.skipif(not (DATA / "aime25.parquet").is_file(), reason="shared eval data not present")
-
 
 # ---------- metrics against brute force ----------
 

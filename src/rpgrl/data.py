@@ -99,8 +99,10 @@ def prompt_text(prompt: str | Messages) -> str:
 def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     """Rows of a parquet or JSONL file as plain dicts, and the word used to locate a row in errors."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise UsageError(f"data file not found: {p}")
+    if not p.is_file():
+        raise UsageError(f"{p} is not a file (pass one .parquet or .jsonl file per argument)")
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         try:
@@ -153,7 +155,8 @@ def _check_columns(path, rows: list[dict[str, Any]], keys: Sequence[str]) -> Non
         top = key.split(".")[0]
         if top not in rows[0]:
             have = ", ".join(k for k in rows[0] if k != "__line__")
-            raise UsageError(f"{path}: missing column {top!r} (needed for {key!r}; columns: {have})")
+            need = "'answer' or 'reward_model.ground_truth'" if key == "answer" else repr(key)
+            raise UsageError(f"{path}: missing column {top!r} (needed for {need}; columns: {have})")
 
 
 def _where(path, rows_word: str, i: int, row: dict[str, Any]) -> str:
