@@ -231,6 +231,13 @@ def test_whitening_needs_two_tokens(name):
         get_advantage(name)(torch.tensor([1.0, 2.0], dtype=F64), torch.tensor([0, 0]), mask)
 
 
+@pytest.mark.parametrize("name", ["grpo", "reinforce_pp", "reinforce_pp_baseline"])
+def test_negative_eps_is_refused(name):
+    """A negative eps would flip the sign of equal-reward groups' (zero-std) advantages instead of guarding them."""
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0, got -1e-06"):
+        get_advantage(name)(*GOOD, eps=-1e-6)
+
+
 def test_unknown_estimator_lists_the_valid_names():
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'; valid: drgrpo, grpo, reinforce_pp"):
         get_advantage("gae")

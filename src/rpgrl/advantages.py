@@ -62,6 +62,7 @@ def grpo_advantage(
     """A_i = (R_i - group mean) / (group std + eps), std with Bessel correction; a size-1 group uses mean 0, std 1
     (so A = R / (1 + eps)), as verl does. Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
     _check(rewards, group, mask)
+    _check_eps(eps)
     mean, var, n = _group_moments(rewards, group)
     std = torch.where(n > 1, var.sqrt(), torch.ones_like(var))
     return (rewards - mean) / (std + eps)
@@ -104,6 +105,7 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
 
     mu = token-weighted mean, var = token-weighted variance with Bessel correction over the token count N
     (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Shapes: values, mask: (B, T) -> (B, T)."""
+    _check_eps(eps)
     m = mask.bool()
     n = m.sum()
     if n < 2:
@@ -130,6 +132,11 @@ def _group_moments(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Te
     sq = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, (rewards - mean).square())
     var = torch.where(n > 1, sq / (n - 1).clamp(min=1), torch.zeros_like(sq))[inv]  # two-pass: no cancellation
     return mean, var, n[inv]
+
+
+def _check_eps(eps: float) -> None:
+    if not (isinstance(eps, (int, float)) and 0 <= eps < float("inf")):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
 
 
 def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> None:

@@ -349,6 +349,8 @@ BAD = [
     (lambda d: d, {"kl": "k1", "beta": -1.0}, "beta must be finite and >= 0"),
     (lambda d: d, {"kl": "k1", "kl_clamp": 0.0}, "kl_clamp must be > 0"),
     (lambda d: d, {"kl_clamp": 10.0}, "only used by the KL term"),
+    (lambda d: {**d, "old_logp": d["old_logp"].tolist()}, {}, "old_logp must be a torch.Tensor, got list"),
+    (lambda d: d, {"normalizer": -4.0}, "normalizer must be a finite count > 0, got -4.0"),
 ]
 
 

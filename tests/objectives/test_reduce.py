@@ -61,3 +61,11 @@ def test_unknown_mode():
     x, mask, _ = data()
     with pytest.raises(ValueError, match="unknown agg 'mean'"):
         aggregate(x, mask, "mean")
+
+
+@pytest.mark.parametrize("normalizer", [0, -3.0, math.nan, math.inf, torch.tensor(0.0), torch.ones(2), "8"])
+def test_normalizer_must_be_one_positive_finite_count(normalizer):
+    x, mask, _ = data()
+    with pytest.raises(ValueError, match="normalizer must be"):
+        aggregate(x, mask, "token-mean", normalizer)
+    assert aggregate(x, mask, "token-mean", torch.tensor(4.0)) == aggregate(x, mask, "token-mean", 4)

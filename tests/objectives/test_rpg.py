@@ -785,6 +785,8 @@ def _bad(name):
         kw.update(style="differentiable", clip="truncate")
     elif name == "clamp_in_clip":
         kw.update(style="differentiable", clip="dual", kl_value_clamp=10.0)
+    elif name == "normalizer":
+        kw["normalizer"] = 0  # an empty global count would give inf (and a negative one a sign-flipped loss)
     elif name == "overflow":
         args["logp"] = lpo + 40.0  # sequence log w = 40 T: e^160 overflows float32, unclipped
         kw["level"] = "sequence"
@@ -817,6 +819,7 @@ BAD = {
     "eps_low": r"eps_low must be in \[0, 1\]",
     "truncate_diff": "clip='truncate'.*needs style='reinforce'",
     "clamp_in_clip": "kl_value_clamp clamps a separate KL term",
+    "normalizer": "normalizer must be a finite count > 0, got 0",
     "overflow": "rpg_loss overflowed",
 }
 

@@ -126,7 +126,7 @@ def ppo_loss(
             "loss/policy": aggregate(pg, m, agg, normalizer).detach(),
             "loss/kl": kl_loss.detach(),
             "kl/ppo_kl": masked_mean(-log_w.detach(), fm),
-            "clip/frac_low": masked_mean((low & (adv < 0)).to(logp.dtype), fm),
+            "clip/frac_low": masked_mean(low.to(logp.dtype), fm),  # low implies A < 0
             "clip/frac_high": masked_mean((high & (adv > 0)).to(logp.dtype), fm),
             "clip/frac_dual": masked_mean(dual.to(logp.dtype), fm),
         }
@@ -279,6 +279,10 @@ def _check_tensors(
     ref_logp: torch.Tensor | None,
 ) -> None:
     """Shapes, dtypes, empty responses, and non-finite values where the mask counts (one-line ValueErrors)."""
+    given = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "ref_logp": ref_logp}
+    for name, x in given.items():
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if logp.dim() != 2:
         raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
     if logp.shape[0] == 0:

@@ -7,6 +7,8 @@ micro-batch losses equals the loss of the whole batch (the math never reads trai
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -26,6 +28,23 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return masked_sum(x, mask, dim) / n.clamp(min=1)
 
 
+def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
+    """ValueError unless `normalizer` is None or one finite number > 0 (a zero, negative or NaN count would silently
+    give an inf, sign-flipped or NaN loss). A tensor costs one host sync."""
+    if normalizer is None:
+        return
+    if isinstance(normalizer, torch.Tensor):
+        if normalizer.numel() != 1:
+            raise ValueError(f"normalizer must be one number, got a tensor of shape {tuple(normalizer.shape)}")
+        ok = bool((normalizer > 0) & torch.isfinite(normalizer))
+    elif isinstance(normalizer, (int, float)) and not isinstance(normalizer, bool):
+        ok = math.isfinite(normalizer) and normalizer > 0
+    else:
+        raise ValueError(f"normalizer must be a number or a 0-dim tensor, got {type(normalizer).__name__}")
+    if not ok:
+        raise ValueError(f"normalizer must be a finite count > 0, got {normalizer}")
+
+
 def aggregate(
     per_token: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean", normalizer: float | torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -39,6 +58,7 @@ def aggregate(
     """
     if agg not in AGG_MODES:
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
+    check_normalizer(normalizer)
     # counts come from the mask as given (a bool mask sums to an exact integer); no dtype round trips
     if agg == "token-mean":
         n = mask.sum() if normalizer is None else normalizer

@@ -14,7 +14,7 @@ import torch
 
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss
-from rpgrl.objectives.reduce import AGG_MODES
+from rpgrl.objectives.reduce import AGG_MODES, check_normalizer
 
 STYLES = ("differentiable", "reinforce")
 LEVELS = ("token", "sequence")
@@ -117,6 +117,7 @@ def rpg_loss(
     """
     _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c)
     _check_guards(kl_value_clamp, max_log_w)
+    check_normalizer(normalizer)
     sep_kl = style == "differentiable" and (clip is None or _kl_separate(kl_in_clip, analogue, divergence))
     if kl_value_clamp is not None and not sep_kl:
         raise ValueError(
