@@ -262,3 +262,17 @@ def test_usage_error_for_duplicate_benchmark_names(tmp_path):
     bench = Benchmark("toy", "-", (Problem("toy", [{"role": "user", "content": "q"}], "1", 1),))
     with pytest.raises(UsageError, match="share a name"):
         run_benchmarks([bench, bench], oracle, k=1)
+
+
+@needs_data
+def test_rpgrl_eval_cli_checks_names_and_out_before_loading_the_model(tmp_path, capsys):
+    """No model exists at --model: each error must come from the earlier check, before any loading or sampling."""
+    from rpgrl.cli import main
+
+    amc, model = str(DATA / "amc-23.parquet"), str(tmp_path / "none")
+    assert main(["eval", "--model", model, "--data", amc, amc]) == 2
+    assert "two benchmark files share a name" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["eval", "--model", model, "--data", amc, "--out", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot create the --out folder" in err and "\n" not in err

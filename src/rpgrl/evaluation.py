@@ -178,6 +178,13 @@ def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
     return bench
 
 
+def _check_names(benches: list[Benchmark]) -> list[Benchmark]:
+    names = [b.name for b in benches]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two benchmark files share a name: {names}")
+    return benches
+
+
 def run_benchmarks(
     benchmarks: Sequence[Benchmark | str | Path],
     sampler: Sampler,
@@ -192,10 +199,7 @@ def run_benchmarks(
         raise ValueError(f"k must be >= 1, got {k}")
     if mode not in MODES:
         raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
-    benches = [_as_benchmark(b, limit_problems) for b in benchmarks]
-    names = [b.name for b in benches]
-    if len(set(names)) != len(names):
-        raise UsageError(f"two benchmark files share a name: {names}")
+    benches = _check_names([_as_benchmark(b, limit_problems) for b in benchmarks])
     if mode == "equiv":
         from rpgrl.rewards import _mathverify
 
@@ -329,7 +333,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    benches = [_as_benchmark(path, args.limit_problems) for path in args.data]  # data errors before model loading
+    # data and output-folder errors before the model is loaded and sampled from
+    benches = _check_names([_as_benchmark(path, args.limit_problems) for path in args.data])
+    out = None if args.out is None else Path(args.out)
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create the --out folder {out}: {e.strerror}") from None
 
     from rpgrl.models import load_model
 
@@ -345,9 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     results = run_benchmarks(benches, sampler, k=args.k, mode=args.mode)
     print(format_table(results))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         report = {
             "model": args.model,
             "data": args.data,
