@@ -215,6 +215,10 @@ def test_sample_bad_input(model, tok):
         sample(model, tok, [[]], max_new_tokens=4)
     with pytest.raises(ValueError, match="empty prompt list"):
         sample(model, tok, [], max_new_tokens=4)
+    with pytest.raises(ValueError, match="got a string"):
+        sample(model, tok, ["2+2"], max_new_tokens=4)
+    with pytest.raises(ValueError, match=rf"prompt 1 holds token id {len(tok)}, outside the model's vocabulary"):
+        sample(model, tok, [p[0], p[1] + [len(tok)]], max_new_tokens=4)
 
 
 # --- token_logprobs ---------------------------------------------------------------------------------------------

@@ -282,8 +282,15 @@ def sample(
     """
     if not prompts:
         raise ValueError("sample: empty prompt list")
+    if any(isinstance(p, str) for p in prompts):
+        raise ValueError("sample: prompts must be token-id lists, got a string (encode it with the tokenizer first)")
     if any(len(p) == 0 for p in prompts):
         raise ValueError("sample: empty prompt (encode at least one token, e.g. BOS)")
+    vocab = model.get_input_embeddings().num_embeddings
+    bad = next(((i, t) for i, p in enumerate(prompts) for t in p if not 0 <= t < vocab), None)
+    if bad is not None:
+        i, t = bad
+        raise ValueError(f"sample: prompt {i} holds token id {t}, outside the model's vocabulary [0, {vocab})")
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"sample: need n >= 1 and max_new_tokens >= 1, got {n=}, {max_new_tokens=}")
     if not temperature > 0:
