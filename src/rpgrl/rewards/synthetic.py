@@ -20,8 +20,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Literal
 
-from rpgrl.rewards import Reward, register_reward
-from rpgrl.rewards.math import has_answer_line, math_score
+from rpgrl.rewards import register_reward
+from rpgrl.rewards.math import MathReward
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -88,19 +88,7 @@ def make_problems(n: int, seed: int, split: Split) -> list[Problem]:
     return out
 
 
-@register_reward("synthetic")
-def synthetic_reward(completion: str, answer: str) -> Reward:
-    """1/0 correctness of the last `Answer:` line under the math benchmarks' strict rule (`math_score(...,
-    mode="strict")`: last 300 characters, last match, the authors' normalisation). Parts: `correct`, and `format`
-    = 1 when the last non-empty line is an `Answer: ...` line.
-
-    >>> synthetic_reward("3+4+0=7\\nAnswer: 7", "7").value
-    1.0
-    >>> synthetic_reward("Answer: 8\\nAnswer: 7", "7").correct  # the last answer counts
-    True
-    >>> synthetic_reward("7", "7").parts
-    {'correct': 0.0, 'format': 0.0}
-    """
-    correct = math_score(completion, answer, mode="strict")
-    fmt = has_answer_line(completion)
-    return Reward(value=float(correct), correct=correct, parts={"correct": float(correct), "format": float(fmt)})
+# 1/0 correctness of the last `Answer:` line under the math benchmarks' strict rule (last 300 characters, last
+# match, the authors' normalisation), parts `correct` and `format`: the `math01` reward in strict mode, e.g.
+# synthetic_reward("Answer: 8\nAnswer: 7", "7") -> Reward(value=1.0, correct=True, parts={correct: 1, format: 1}).
+synthetic_reward = register_reward("synthetic")(MathReward(mode="strict", correct_value=1.0, wrong_value=0.0))
