@@ -256,17 +256,22 @@ def test_exact_analogue_with_unreachable_bounds_equals_no_clip_per_sample(toy, d
 
 @pytest.mark.parametrize("div", DIVS)
 @pytest.mark.parametrize("style", STYLES)
-def test_token_level_kl_part_is_the_per_history_divergence(toy, div, style):
-    """#17, #18: with A = 0, E_old[l] = beta sum_h P_old(h) D(pi_theta(.|h), pi_old(.|h)) (value, differentiable
-    style) and E_old[grad l] = beta grad of it (both styles), at theta != theta_old."""
+@pytest.mark.parametrize("anchor", ["sampler", "separate"])
+def test_token_level_kl_part_is_the_per_history_divergence(toy, div, style, anchor):
+    """#17, #18: with A = 0, E_old[l] = beta sum_h P_old(h) D(pi_theta(.|h), pi_a(.|h)) (value, differentiable
+    style) and E_old[grad l] = beta grad of it (both styles), at theta != theta_old; the anchor pi_a is the sampler
+    (the default, no anchor_logp) or a separate policy passed as anchor_logp."""
+    th_a = toy.th_old if anchor == "sampler" else toy.th_anchor
     zero = torch.zeros(toy.N, dtype=DT)
     kw = dict(divergence=div, style=style, beta=BETA, level="token")
+    if anchor == "separate":
+        kw["anchor_lp"] = toy.pol.token_logp(th_a)
     g = expected_grad(toy, toy.th, toy.P_old, zero, **kw)
-    gD = grad_of(lambda t: BETA * D_tok(toy, t, div, toy.th_old, toy.th_old), toy.th)
+    gD = grad_of(lambda t: BETA * D_tok(toy, t, div, th_a, toy.th_old), toy.th)
     assert rel_err(g, gD) <= 1e-9
     if style == "differentiable":
         val = (toy.P_old * per_sample_losses(toy, toy.th, zero, **kw)).sum()
-        assert abs(val - BETA * D_tok(toy, toy.th, div, toy.th_old, toy.th_old)).item() < 1e-12
+        assert abs(val - BETA * D_tok(toy, toy.th, div, th_a, toy.th_old)).item() < 1e-12
 
 
 def test_token_level_forward_kl_is_sequence_kl_reverse_is_not(toy):
@@ -334,21 +339,6 @@ def test_separate_anchor_sequence_level(toy, div, style):
     if style == "differentiable":  # the exact Alg.-1 analogue with unreachable bounds too
         g2 = expected_grad(toy, toy.th, toy.P_old, toy.R, **kw, **NO_CLIP_DUAL)
         assert rel_err(g2, -gJ) <= 1e-9
-
-
-@pytest.mark.parametrize("div", DIVS)
-@pytest.mark.parametrize("style", STYLES)
-def test_separate_anchor_token_level_kl_part(toy, div, style):
-    """Token level, A = 0: E_old[l] = beta sum_h P_old(h) D(pi_theta(.|h), pi_a(.|h)) (value and gradient)."""
-    anchor = toy.pol.token_logp(toy.th_anchor)
-    zero = torch.zeros(toy.N, dtype=DT)
-    kw = dict(divergence=div, style=style, beta=BETA, level="token", anchor_lp=anchor)
-    g = expected_grad(toy, toy.th, toy.P_old, zero, **kw)
-    gD = grad_of(lambda t: BETA * D_tok(toy, t, div, toy.th_anchor, toy.th_old), toy.th)
-    assert rel_err(g, gD) <= 1e-9
-    if style == "differentiable":
-        val = (toy.P_old * per_sample_losses(toy, toy.th, zero, **kw)).sum()
-        assert abs(val - BETA * D_tok(toy, toy.th, div, toy.th_anchor, toy.th_old)).item() < 1e-12
 
 
 # ------------------------------------------------------------------------------------------------------- clipping
