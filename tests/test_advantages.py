@@ -232,10 +232,11 @@ def test_whitening_needs_two_tokens(name):
 
 
 @pytest.mark.parametrize("name", ["grpo", "reinforce_pp", "reinforce_pp_baseline"])
-def test_negative_eps_is_refused(name):
-    """A negative eps would flip the sign of equal-reward groups' (zero-std) advantages instead of guarding them."""
-    with pytest.raises(ValueError, match="eps must be a finite number >= 0, got -1e-06"):
-        get_advantage(name)(*GOOD, eps=-1e-6)
+@pytest.mark.parametrize("eps", [0.0, -1e-06])
+def test_eps_must_be_positive(name, eps):
+    """eps guards a zero spread: with equal rewards, 0 would give 0/0 = NaN and a negative eps flips signs."""
+    with pytest.raises(ValueError, match=f"eps must be a finite number > 0, got {eps}"):
+        get_advantage(name)(*GOOD, eps=eps)
 
 
 def test_unknown_estimator_lists_the_valid_names():

@@ -135,8 +135,9 @@ def _group_moments(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Te
 
 
 def _check_eps(eps: float) -> None:
-    if not (isinstance(eps, (int, float)) and 0 <= eps < float("inf")):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    # eps guards a zero spread (a group or batch with equal rewards): 0 would give 0/0 = NaN, < 0 flips signs
+    if not (isinstance(eps, (int, float)) and 0 < eps < float("inf")):
+        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
 
 
 def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> None:
