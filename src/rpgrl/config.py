@@ -40,6 +40,9 @@ class ModelConfig:
     """tiny model only: key/value heads (grouped-query attention)"""
     intermediate_size: int = 384
     """tiny model only: MLP width"""
+    tie_embeddings: bool = False
+    """tiny model only: share the input embedding and output head matrices (off: on the default task, tied
+    embeddings made RL stall or collapse, since pushing down a wrong output token also moves its input embedding)"""
     chat_template: bool = True
     """render prompts with the tokenizer's chat template when it has one (spec 7.5); the tiny model has none"""
 
@@ -182,7 +185,7 @@ class SFTConfig:
     """sequences per warm-start step"""
     lr: float = 2e-3
     """warm-start peak learning rate (cosine-decayed over max_steps)"""
-    eval_every: int = 25
+    eval_every: int = 10
     """check held-out greedy accuracy every this many warm-start steps"""
     target_accuracy: float = 0.2
     """stop the warm start once held-out greedy accuracy reaches this (leave room for RL)"""
@@ -205,7 +208,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    max_steps: int = 160
+    max_steps: int = 120
     """total RL training steps (one step = one rollout batch); --resume continues up to this total"""
     seed: int = 0
     """seeds python, numpy, torch, the data order and the sampler"""

@@ -114,6 +114,31 @@ def test_variants_run(tmp_path, overrides):
         assert all(r["batch/trained"] == 16 for r in rows)  # exactly prompts_per_step groups of G = 4
 
 
+def test_drop_filter_changes_nothing_but_the_cost(tmp_path):
+    # With a group-mean advantage, all-right / all-wrong groups have A = 0; dropping them must leave the update as it
+    # is without filtering (same normalizer), so the weights after a step agree to rounding.
+    weights = {}
+    for mode in ("off", "drop"):
+        cfg = tiny(
+            ("rollout.group_filter", mode),
+            ("data.reward", "test_parity01"),
+            ("optim.warmup_steps", "0"),
+            ("train.max_steps", "1"),
+            ("train.mini_batch_prompts", "none"),
+            ("rollout.group_size", "3"),
+        )
+
+        def grab(step, st, mode=mode):
+            weights[mode] = ({k: v.clone() for k, v in st["model"].state_dict().items()}, st["row"])
+
+        loop.train(cfg, tmp_path / mode, on_step=grab)
+    (w_off, row_off), (w_drop, row_drop) = weights["off"], weights["drop"]
+    assert row_drop["batch/trained"] < row_off["batch/trained"]  # something was dropped ...
+    for k in w_off:  # ... and the step is the same
+        torch.testing.assert_close(w_drop[k], w_off[k], rtol=0, atol=1e-6)
+    assert row_drop["loss/policy"] == pytest.approx(row_off["loss/policy"], abs=1e-7)
+
+
 def _weight_copies(model):
     """How many live tensors hold each of the model's weights (the parameter itself or a same-valued copy)."""
     emb = model.get_input_embeddings().weight

@@ -40,3 +40,12 @@ TINY = [
 def tiny(*overrides) -> Config:
     """The default config shrunk to test size, plus `overrides` as (key, value) strings."""
     return apply_overrides(Config(), TINY + list(overrides))
+
+
+if "test_parity01" not in REWARDS:
+
+    @register_reward("test_parity01")
+    def _parity01(completion: str, answer: str) -> Reward:
+        """Like test_parity without the length part: a group with equal correctness has equal rewards."""
+        ok = len(completion) % 2 == 0
+        return Reward(value=float(ok), correct=ok)

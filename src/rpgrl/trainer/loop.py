@@ -164,12 +164,20 @@ def train(
             row["entropy/mean"] = _masked_mean(entropy, mask)
             row["response/neg_logp_mean"] = _masked_mean(-old_logp, mask)
 
-            # --- Mini-batch epochs: whole prompt groups per mini-batch, micro-batches share its normalizer
+            # --- Mini-batch epochs: whole prompt groups per mini-batch, micro-batches share its normalizer.
+            # 'drop' keeps the normalizer of the full batch: dropped groups count as the zero-advantage responses
+            # they are, so the update equals the unfiltered one (only cheaper). Renormalising over the kept groups
+            # instead gives a step with one informative group the size of a step with thirty, under Adam a
+            # full-size step of noise; on the default task that degraded the warm-started model.
+            dropped = 1.0
+            if cfg.rollout.group_filter == "drop":
+                kept = mask.sum() if cfg.loss.agg == "token-mean" else float(len(batch))
+                dropped = sampled["batch/sampled_tokens" if cfg.loss.agg == "token-mean" else "batch/sampled"] / kept
             t = time.perf_counter()
             step_metrics = []
             for _ in range(cfg.train.epochs):
                 for rows in minibatches(batch.group, cfg.train.mini_batch_prompts):
-                    normalizer = mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))
+                    normalizer = (mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))) * dropped
                     opt.zero_grad(set_to_none=True)
                     micro, weights = [], []
                     for mrows in rows.split(cfg.train.micro_batch_size):
@@ -210,7 +218,7 @@ def train(
             row.update(mean_over_steps(step_metrics))
 
         # --- Log: one row per training step, converted to floats once
-        n_tokens = sampled["response/length_mean"] * sampled["batch/sampled"]
+        n_tokens = sampled["batch/sampled_tokens"]
         step_time = time.perf_counter() - t0
         row.update({f"perf/{k}_s": v for k, v in timing.items()})
         row["perf/step_s"] = step_time
@@ -370,6 +378,7 @@ def build_model(cfg: Config):
             heads=m.num_heads,
             kv_heads=m.num_kv_heads,
             ffn=m.intermediate_size,
+            tie_embeddings=m.tie_embeddings,
             max_positions=max(2048, cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
             seed=cfg.train.seed,
         ).to(dtype)
@@ -580,6 +589,7 @@ def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator,
         "response/truncated_frac": (lengths_all >= r.max_new_tokens).float().mean(),
         "batch/gen_batches": n_gen,
         "batch/sampled": n,
+        "batch/sampled_tokens": lengths_all.sum(),
         "batch/trained": len(batch),
     }
     return batch, rewards, to_floats(metrics), timing
