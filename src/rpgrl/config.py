@@ -218,8 +218,9 @@ class TrainConfig:
     """prompts per optimizer step (None = the whole batch, one optimizer step per epoch; the paper: 32)"""
     micro_batch_size: int = 128
     """sequences per forward/backward pass (memory knob; gradients are accumulated with the global normalizer)"""
-    logprob_chunk: int = 64
-    """sequences per log-prob forward pass without gradient (memory knob)"""
+    logprob_chunk: int = 1024
+    """response positions per output-head chunk when computing log-probs (memory knob: at most this many x
+    vocabulary float32 logits exist at once)"""
     checkpoint_every: int = 50
     """write a checkpoint every this many steps (and at the end)"""
     keep_checkpoints: int = 2
