@@ -47,7 +47,7 @@ def test_paper_hyperparameters(name):
     assert cfg.optim.lr == (5e-7 if name == "rpg-reinforce-released" else 1e-6)
     assert (cfg.train.max_steps, cfg.train.mini_batch_prompts, cfg.train.epochs) == (400, 32, 1)
     assert cfg.loss.agg == "token-mean" and cfg.loss.c == 10.0
-    assert cfg.data.reward == "math" and cfg.sft.max_steps == 0
+    assert cfg.data.reward == "math_strict" and cfg.sft.max_steps == 0
     grpo = name.startswith("grpo")
     assert (cfg.loss.eps_low, cfg.loss.eps_high) == ((0.2, 0.2) if grpo else (0.2, 0.28))
     assert cfg.rollout.group_filter == ("off" if grpo else "fill")

@@ -64,7 +64,8 @@ class DataConfig:
     max_prompt_length: int = 2048
     """prompts longer than this many tokens are truncated from the left (as verl does)"""
     reward: str = "synthetic"
-    """reward function name in the rpgrl.rewards registry ('synthetic', 'math' for +1/-1, 'math01' for 1/0)"""
+    """reward function name in the rpgrl.rewards registry: synthetic; math (+1/-1) or math01 (1/0) by equivalence;
+    math_strict or math01_strict by the authors' exact rule"""
     shuffle: bool = True
     """reshuffle the training prompts every epoch (seeded by train.seed)"""
 

@@ -49,7 +49,7 @@ DEFAULT = Config()
 # What every paper preset shares (spec 7.1-7.3).
 _PAPER = Config(
     model=ModelConfig(path=None),
-    data=DataConfig(train=None, reward="math", max_prompt_length=2048),
+    data=DataConfig(train=None, reward="math_strict", max_prompt_length=2048),  # the authors' scorer (spec 7.6)
     rollout=RolloutConfig(
         prompts_per_step=512,
         group_size=16,

@@ -172,6 +172,13 @@ def test_math_rewards_registered_and_valued():
     assert shaped("8", "7").value == -1.0
 
 
+def test_strict_rewards_use_the_authors_rule():
+    # "0.5" vs \frac{1}{2}: equivalent, but the authors' rule compares normalised strings (spec 7.6 table)
+    pm1, zero_one = REWARDS.get("math_strict"), REWARDS.get("math01_strict")
+    assert pm1("Answer: 0.5", "\\frac{1}{2}").value == -1.0 and zero_one("Answer: 0.5", "\\frac{1}{2}").value == 0.0
+    assert pm1("Answer: \\frac12", "\\frac{1}{2}").value == 1.0 and zero_one("Answer: 540", "540").value == 1.0
+
+
 def test_math_reward_rejects_bad_config():
     with pytest.raises(ValueError, match="unknown math scoring mode 'fuzzy'"):
         MathReward(mode="fuzzy")

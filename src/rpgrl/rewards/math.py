@@ -336,3 +336,6 @@ class MathReward:
 
 MATH_REWARD = register_reward("math")(MathReward())
 MATH01_REWARD = register_reward("math01")(MathReward(correct_value=1.0, wrong_value=0.0))
+# The authors' exact rule (spec 7.6), as their training reward: +1/-1 and 1/0.
+MATH_STRICT_REWARD = register_reward("math_strict")(MathReward(mode="strict"))
+MATH01_STRICT_REWARD = register_reward("math01_strict")(MathReward(mode="strict", correct_value=1.0, wrong_value=0.0))
