@@ -330,13 +330,13 @@ def parse_value(key: str, text: str, tp: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if type(None) in args and text.strip().lower() in _NONE:
             return None
-        rest = [a for a in args if a is not type(None)]
-        errors = []
-        for a in rest:
+        for a in args:
+            if a is type(None):
+                continue
             try:
                 return parse_value(key, text, a)
-            except UsageError as e:
-                errors.append(str(e))
+            except UsageError:
+                pass
         raise UsageError(f"--{key}: expected {type_name(tp)}, got {text!r}")
     if origin is Literal:
         if text in args:
