@@ -12,6 +12,7 @@ from rpgrl.rollout import (
     cat_rollouts,
     make_rollout,
     position_ids,
+    prompt_runs,
     response_mask_from_ids,
     sample,
     token_logprobs,
@@ -229,10 +230,11 @@ def model64(tok):
     return build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=4).double()
 
 
-def test_token_logprobs_float64_reference_values_and_entropy(model64, tok):
+@pytest.mark.parametrize("share", [True, False])
+def test_token_logprobs_float64_reference_values_and_entropy(model64, tok, share):
     r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=14, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        lp, ent = token_logprobs(model64, r, temperature=0.8, chunk_size=5, with_entropy=True)
+        lp, ent = token_logprobs(model64, r, temperature=0.8, chunk_size=5, with_entropy=True, share_prompts=share)
     assert lp.dtype == torch.float64
     for i, (p, resp) in enumerate(rows(r)):
         want_lp, want_ent = ref_row_logprobs(model64, p, resp, temperature=0.8)
@@ -240,17 +242,18 @@ def test_token_logprobs_float64_reference_values_and_entropy(model64, tok):
         torch.testing.assert_close(lp[i, :L], want_lp, atol=1e-12, rtol=0)
         torch.testing.assert_close(ent[i, :L], want_ent, atol=1e-12, rtol=0)
         assert (lp[i, L:] == 0).all() and (ent[i, L:] == 0).all()
-    lp2, ent2 = token_logprobs(model64, r, temperature=0.8)  # grad enabled path: same values
+    lp2, ent2 = token_logprobs(model64, r, temperature=0.8, share_prompts=share)  # grad enabled path: same values
     assert ent2 is None
     torch.testing.assert_close(lp2.detach(), lp, atol=1e-14, rtol=0)
 
 
-def test_token_logprobs_gradients_match_reference(model64, tok):
+@pytest.mark.parametrize("share", [True, False])
+def test_token_logprobs_gradients_match_reference(model64, tok, share):
     r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=14, generator=torch.Generator().manual_seed(4))
     w = torch.randn(r.response_mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
     model64.zero_grad()
-    lp, ent = token_logprobs(model64, r, chunk_size=7, with_entropy=True)  # several checkpointed chunks
+    lp, ent = token_logprobs(model64, r, chunk_size=7, with_entropy=True, share_prompts=share)  # several chunks
     ((lp * w).sum() + 0.3 * (ent * w).sum()).backward()
     got = {k: p.grad.clone() for k, p in model64.named_parameters()}
 
@@ -261,7 +264,43 @@ def test_token_logprobs_gradients_match_reference(model64, tok):
         ref = ref + (want_lp * w[i, : len(resp)]).sum() + 0.3 * (want_ent * w[i, : len(resp)]).sum()
     ref.backward()
     for k, p in model64.named_parameters():
-        torch.testing.assert_close(got[k], p.grad, atol=1e-10, rtol=1e-8, msg=k)
+        if share:
+            # Same math, other summation order: the group's upstream gradients are summed before the prompt's
+            # backward, and transformers' RMSNorm computes in float32 even in a float64 model, so the shared
+            # path agrees to float32 rounding (measured 5e-8 of each tensor's largest entry; a lost gradient
+            # path would be off by order 1).
+            err = (got[k] - p.grad).abs().max() / p.grad.abs().max()
+            assert err < 1e-6, (k, float(err))
+        else:
+            torch.testing.assert_close(got[k], p.grad, atol=1e-10, rtol=1e-8, msg=k)
+
+
+def test_shared_prompts_are_forwarded_once_per_group(model, tok):
+    r = sample(model, tok, encode(tok, PROMPTS), n=3, max_new_tokens=6, generator=torch.Generator().manual_seed(5))
+    seen = []
+    hook = model.get_decoder().register_forward_hook(lambda m, args, kw, out: seen.append(kw["input_ids"].shape),
+                                                     with_kwargs=True)  # fmt: skip
+    try:
+        with torch.no_grad():
+            shared, _ = token_logprobs(model, r)
+            calls_shared, seen[:] = list(seen), []
+            plain, _ = token_logprobs(model, r, share_prompts=False)
+            calls_plain = list(seen)
+    finally:
+        hook.remove()
+    P, T = r.prompt_len, r.response_mask.shape[1]
+    assert calls_shared == [(4, P), (12, T)] and calls_plain == [(12, P + T)]
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+
+
+def test_prompt_runs():
+    tok = build_char_tokenizer(CHARS)
+    a, b = tok("Q:1\n")["input_ids"], tok("Q:2\n")["input_ids"]
+    r = make_rollout(tok, [a, a, b, b, a], [[5, 1]] * 5, group=[0, 0, 1, 1, 2])
+    first, inverse = prompt_runs(r)
+    assert first.tolist() == [0, 2, 4] and inverse.tolist() == [0, 0, 1, 1, 2]
+    assert prompt_runs(make_rollout(tok, [a, b], [[5, 1]] * 2, group=[0, 0])) is None  # one group, two prompts
+    assert prompt_runs(make_rollout(tok, [a, a], [[5, 1]] * 2)) is None  # one row per group: nothing to share
 
 
 def test_padding_and_reordering_change_nothing(model, tok):

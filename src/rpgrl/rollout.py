@@ -413,6 +413,53 @@ def _chunk_logprobs(h: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | N
     return lp, ent
 
 
+def prompt_runs(rollout: Rollout) -> tuple[Tensor, Tensor] | None:
+    """(first, inverse) when some adjacent rows share both their group and their (padded) prompt: `first` (U,) the
+    first row of each run, `inverse` (B,) each row's run; None when every row is its own run (nothing to share)."""
+    _, inverse, counts = torch.unique_consecutive(rollout.group, return_inverse=True, return_counts=True)
+    if counts.numel() == len(rollout):
+        return None
+    first = counts.cumsum(0) - counts
+    P = rollout.prompt_len
+    ids, att = rollout.input_ids[:, :P], rollout.attention_mask[:, :P]
+    if not (torch.equal(ids, ids[first][inverse]) and torch.equal(att, att[first][inverse])):
+        return None  # a group whose rows hold different prompts (hand-built rollouts): no sharing
+    return first, inverse
+
+
+def _response_states(model, rollout: Rollout, share_prompts: bool) -> Tensor:
+    """(B, T, H) final hidden states at positions P-1 .. P+T-2, the states that predict the response tokens."""
+    P = rollout.prompt_len
+    decoder = model.get_decoder()
+    pos = rollout.position_ids
+    runs = prompt_runs(rollout) if share_prompts else None
+    if runs is None:
+        hidden = decoder(
+            input_ids=rollout.input_ids, attention_mask=rollout.attention_mask, position_ids=pos, use_cache=False
+        ).last_hidden_state  # (B, P+T, H)
+        return hidden[:, P - 1 : -1]
+    from transformers import DynamicCache
+
+    first, inverse = runs
+    cache = DynamicCache(config=model.config)
+    h_prompt = decoder(
+        input_ids=rollout.input_ids[first, :P],
+        attention_mask=rollout.attention_mask[first, :P],
+        position_ids=pos[first, :P],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # (U, P, H)
+    cache.batch_select_indices(inverse)  # (U, ...) -> (B, ...) keys and values, differentiable
+    h_resp = decoder(
+        input_ids=rollout.input_ids[:, P:],
+        attention_mask=rollout.attention_mask,
+        position_ids=pos[:, P:],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # (B, T, H)
+    return torch.cat([h_prompt[inverse, -1:], h_resp[:, :-1]], 1)
+
+
 def token_logprobs(
     model,
     rollout: Rollout,
@@ -420,6 +467,7 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     with_entropy: bool = False,
+    share_prompts: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs of the response tokens under `model`, from logits / temperature: (B, T), 0 off the response mask.
 
@@ -431,6 +479,11 @@ def token_logprobs(
     one chunk's logits under LOGITS_BUDGET elements: ~440 positions for Qwen's 152k vocabulary); when
     gradients are enabled each chunk is wrapped in `torch.utils.checkpoint`, so at most one (chunk_size, V) float32
     logits block is alive at a time.
+    With `share_prompts` (default), rows of one group that carry the same prompt are run as the sampler runs them:
+    each distinct prompt once, its KV cache indexed out to the group's rows, then the responses on top, so the
+    prompt's forward (and backward) is paid once per group instead of once per row; gradients through the shared
+    keys and values sum over the group, exactly as in separate forwards. Rows that share nothing take one plain
+    forward; `share_prompts=False` forces it.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
     """
     if not temperature > 0:
@@ -444,13 +497,7 @@ def token_logprobs(
     head = model.get_output_embeddings()
     if chunk_size is None:
         chunk_size = max(1, min(MAX_CHUNK, LOGITS_BUDGET // head.weight.shape[0]))
-    hidden = model.get_decoder()(
-        input_ids=rollout.input_ids,
-        attention_mask=rollout.attention_mask,
-        position_ids=rollout.position_ids,
-        use_cache=False,
-    ).last_hidden_state  # (B, P+T, H)
-    h = hidden[:, P - 1 : -1]  # (B, T, H): the state before each response token
+    h = _response_states(model, rollout, share_prompts)  # (B, T, H): the state before each response token
     keep = rollout.response_mask.bool()  # (B, T)
     h_sel, tgt = h[keep], rollout.response_ids[keep]  # (N, H), (N,)
     lps, ents = [], []

@@ -134,8 +134,9 @@ def test_drop_filter_changes_nothing_but_the_cost(tmp_path):
         loop.train(cfg, tmp_path / mode, on_step=grab)
     (w_off, row_off), (w_drop, row_drop) = weights["off"], weights["drop"]
     assert row_drop["batch/trained"] < row_off["batch/trained"]  # something was dropped ...
-    for k in w_off:  # ... and the step is the same
-        torch.testing.assert_close(w_drop[k], w_off[k], rtol=0, atol=1e-6)
+    for k in w_off:  # ... and the step is the same (to 1e-3 of lr: Adam's first step g / (|g| + eps) magnifies
+        # the rounding of gradients near zero, which differs with the batch's composition)
+        torch.testing.assert_close(w_drop[k], w_off[k], rtol=0, atol=1e-5)
     assert row_drop["loss/policy"] == pytest.approx(row_off["loss/policy"], abs=1e-7)
 
 
