@@ -245,3 +245,68 @@ def test_file_dataset_with_benchmark_eval(tmp_path):
     assert "eval/amc-23/mean@2" in read_metrics(tmp_path / "run" / "metrics.jsonl")[0]  # periodic, in the step row
     assert set(summary["benchmarks"]["amc-23"]) >= {"last", "best"}
     assert summary["eval_problems"] == 2  # eval.max_problems caps the held-out set too
+
+
+@pytest.mark.parametrize("optim, style", [("adamw", "differentiable"), ("schedulefree", "reinforce")])
+def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, style):
+    """One epoch of one mini-batch: the old log-probs are the update's own forward, detached (one policy forward
+    per micro-batch, not two), and the run matches one that recomputes them in a separate no-grad pass."""
+    import rpgrl.rollout
+
+    cfg = tiny(("train.mini_batch_prompts", "none"), ("train.max_steps", "2"), ("optim.name", optim),
+               ("loss.style", style))  # fmt: skip
+    calls = {True: 0, False: 0}
+    real = rpgrl.rollout.token_logprobs
+
+    def counted(*args, **kwargs):
+        calls[torch.is_grad_enabled()] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
+    loop.train(cfg, tmp_path / "reuse")
+    micro = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // cfg.train.micro_batch_size)  # ceil
+    assert calls == {True: 2 * micro, False: 0}
+
+    monkeypatch.setattr(loop, "on_policy", lambda cfg, n: False)  # the general path: a separate old-logp pass
+    loop.train(cfg, tmp_path / "recompute")
+    assert calls == {True: 4 * micro, False: 2 * micro}
+
+    reuse = _strip_perf(read_metrics(tmp_path / "reuse" / "metrics.jsonl"))
+    recompute = _strip_perf(read_metrics(tmp_path / "recompute" / "metrics.jsonl"))
+    assert [r.keys() for r in reuse] == [r.keys() for r in recompute]
+    for a, b in zip(reuse, recompute, strict=True):
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
+    assert all(r["kl/urkl"] == 0.0 for r in reuse)  # w == 1 exactly: the detached forward is the update's own
+    for name in ("model.safetensors",):
+        from safetensors.torch import load_file
+
+        wa, wb = (load_file(tmp_path / run / "model" / name) for run in ("reuse", "recompute"))
+        for k in wa:
+            torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
+
+
+def test_multi_epoch_or_minibatch_updates_are_not_on_policy():
+    assert loop.on_policy(tiny(("train.epochs", "1")), 1)
+    assert not loop.on_policy(tiny(("train.epochs", "2")), 1)
+    assert not loop.on_policy(tiny(("train.epochs", "1")), 2)
+
+
+def test_adamw_is_fused_and_steps_like_the_reference():
+    """The trainer's AdamW is torch's fused kernel; it takes the same steps as the plain for-loop AdamW."""
+    cfg = tiny(("optim.name", "adamw"), ("optim.weight_decay", "0.1"))
+    g = torch.Generator().manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(5, 3, generator=g, dtype=torch.float64)) for _ in range(2)]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    opt = loop.make_optimizer(cfg, ours)
+    assert opt.defaults["fused"] is True
+    o = cfg.optim
+    ref_opt = torch.optim.AdamW(ref, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, foreach=False)
+    for _ in range(3):
+        grads = [torch.randn(5, 3, generator=g, dtype=torch.float64) for _ in ours]
+        for p, q, gr in zip(ours, ref, grads, strict=True):
+            p.grad, q.grad = gr.clone(), gr.clone()
+        opt.step()
+        ref_opt.step()
+    for p, q in zip(ours, ref, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
