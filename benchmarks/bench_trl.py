@@ -9,12 +9,15 @@ G = 8 responses per prompt, 4 prompts = 32 completions x at most 16 new tokens p
 no top-k, AdamW at a constant lr, one optimizer step per training step (one micro-batch of 32), 2 torch threads,
 beta = 1e-4, and the same reward function (rpgrl's `synthetic`). Each side does what it does with beta > 0:
 
-    rpgrl   RPG-REINFORCE-URKL with RPG-Style Clip (the default preset's loss); the KL anchor is pi_old, so one
-            extra no-grad forward (old log-probs) and no second model.
+    rpgrl   RPG-REINFORCE-URKL with RPG-Style Clip (the default preset's loss); the KL anchor is pi_old and the
+            update is strictly on-policy (one epoch, one mini-batch), so the old log-probs are the update's own
+            forward, detached: no extra forward and no second model. Its update forwards each prompt once per group
+            (`token_logprobs(share_prompts=True)`, the default), fused AdamW.
     TRL     GRPOTrainer with its default loss (dapo aggregation, clip 0.2/0.28) and beta = 1e-4: TRL loads a frozen
             reference model (from the saved folder, as it must for beta > 0) and runs one extra no-grad forward
-            through it; old log-probs are skipped (on-policy, one iteration). bf16 autocast is off (TRL's CPU default
-            would be bf16 autocast where supported; float32 keeps the numerics equal on both sides).
+            through it; old log-probs are skipped (on-policy, one iteration). Otherwise TRL's defaults, recorded in
+            the results: gradient checkpointing on, fused AdamW. bf16 autocast is off (TRL's CPU default would be
+            bf16 autocast where supported; float32 keeps the numerics equal on both sides).
 
 Each (trainer, size) runs in its own subprocess so peak RSS (ru_maxrss) is clean; the first `--warmup` steps are
 excluded from the throughput. The machine is shared, so `--rounds` interleaved repetitions are run and the fastest
@@ -228,7 +231,9 @@ def run_trl(size: str, steps: int, warmup: int) -> dict:
         )  # fmt: skip
         assert trainer.ref_model is not None  # beta > 0 with TRL means a second, frozen model
         trainer.train()
-    return summarize("trl", size, per_step, warmup, base_rss, _count_params(arch))
+    result = summarize("trl", size, per_step, warmup, base_rss, _count_params(arch))
+    result["trl_defaults"] = {"gradient_checkpointing": args.gradient_checkpointing, "optim": str(args.optim)}
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -343,7 +348,7 @@ def main() -> None:
             "phase_ratio_trl_over_rpgrl": {
                 p: theirs["phase_s_per_step"][p] / ours["phase_s_per_step"][p]
                 for p in PHASES
-                if ours["phase_s_per_step"][p] > 0
+                if ours["phase_s_per_step"][p] > 1e-3  # rpgrl's on-policy update has no old-logprob phase
             },
         }
 
@@ -394,9 +399,11 @@ def markdown(info: dict) -> str:
         "rounds, the fastest run of each trainer and size is shown (the machine is shared). "
         "rpgrl: RPG-REINFORCE-URKL + RPG-Style Clip, anchor pi_old (no second model). "
         "TRL: GRPOTrainer default loss with beta > 0 "
-        "(frozen reference model loaded). Separate process per run; peak RSS = ru_maxrss of that process. "
-        "Phases: logprobs = rpgrl's old log-probs / TRL's reference forward and batch preparation; update = forward, "
-        "backward and optimizer step.",
+        "(frozen reference model loaded), its defaults otherwise (gradient checkpointing on, fused AdamW). "
+        "rpgrl: on-policy update, old log-probs from its own forward, each prompt forwarded once per group. "
+        "Separate process per run; peak RSS = ru_maxrss of that process. "
+        "Phases: logprobs = rpgrl's old log-probs (none: on-policy) / TRL's reference forward and batch preparation; "
+        "update = forward, backward and optimizer step.",
         "",
         "| size | params | trainer | tokens/s | tokens/CPU-s | peak RSS MB | RSS after imports MB | "
         + " | ".join(f"{p} s/step" for p in PHASES)
@@ -433,6 +440,14 @@ def markdown(info: dict) -> str:
         )
         ratios = ", ".join(f"{p} {r:.2f}x" for p, r in c["phase_ratio_trl_over_rpgrl"].items() if p != "other")
         states_mb = 16 * ours["params"] / 2**20  # fp32 weights + gradients + AdamW's two moments
+        gen_share = 100 * ours["phase_s_per_step"]["generation"] / step["trl"]
+        floor_mb = ours["rss_after_imports_mb"] + states_mb
+        lines.append(
+            f"- {size}: bounds. rpgrl's generation alone (same model, same kernels as TRL's `generate`) takes "
+            f"{gen_share:.0f}% of TRL's whole step, and a 3x speed-up needs rpgrl's whole step within 33%. Peak RSS "
+            f"cannot go below the post-import RSS plus fp32 weights, gradients and AdamW states, {floor_mb:.0f} MB, "
+            f"against the target {0.6 * theirs['peak_rss_mb']:.0f} MB."
+        )
         lines.append(
             f"- {size}: share of the step (rpgrl / TRL): {shares}. TRL time / rpgrl time per phase: {ratios}. "
             f"Peak RSS above the post-import baseline: rpgrl {ours['peak_rss_mb'] - ours['rss_after_imports_mb']:.0f} "
