@@ -293,6 +293,35 @@ def test_shared_prompts_are_forwarded_once_per_group(model, tok):
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("rows", [[1, 2, 3], [2, 3, 4, 5], [0, 1, 2, 4, 5], [5, 4, 3, 2], [0, 2, 4, 6]])
+def test_shared_prompts_match_the_plain_forward_on_any_selection(model64, tok, rows):
+    """Micro-batches that split a group, single-row groups among shared ones, rows out of group order."""
+    r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=10, generator=torch.Generator().manual_seed(6))
+    mb = r.select(rows)
+    out = {}
+    for share in (True, False):
+        model64.zero_grad()
+        lp, ent = token_logprobs(model64, mb, with_entropy=True, share_prompts=share)
+        (lp.sum() + 0.3 * ent.sum()).backward()
+        out[share] = lp.detach(), {k: p.grad.clone() for k, p in model64.named_parameters()}
+    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-12, rtol=0)
+    for k, g in out[False][1].items():
+        assert (out[True][1][k] - g).abs().max() / g.abs().max() < 1e-6, k  # float32 RMSNorm rounding, as above
+
+
+def test_shared_prompts_are_not_used_in_train_mode(tok):
+    # transformers' gradient checkpointing drops the cache in train mode (the prompt would be lost), and dropout
+    # would draw one mask for a whole group: train mode takes the plain forward.
+    m = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=5).double()
+    r = sample(m, tok, encode(tok, PROMPTS), n=2, max_new_tokens=8, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        want, _ = token_logprobs(m, r)  # eval mode, shared
+    m.gradient_checkpointing_enable()
+    m.train()
+    got, _ = token_logprobs(m, r)
+    torch.testing.assert_close(got.detach(), want, atol=1e-12, rtol=0)
+
+
 def test_prompt_runs():
     tok = build_char_tokenizer(CHARS)
     a, b = tok("Q:1\n")["input_ids"], tok("Q:2\n")["input_ids"]

@@ -432,7 +432,9 @@ def _response_states(model, rollout: Rollout, share_prompts: bool) -> Tensor:
     P = rollout.prompt_len
     decoder = model.get_decoder()
     pos = rollout.position_ids
-    runs = prompt_runs(rollout) if share_prompts else None
+    # Eval mode only: in train mode transformers' gradient checkpointing drops the cache (the prompt would be lost)
+    # and dropout would draw one mask for a whole group.
+    runs = prompt_runs(rollout) if share_prompts and not model.training else None
     if runs is None:
         hidden = decoder(
             input_ids=rollout.input_ids, attention_mask=rollout.attention_mask, position_ids=pos, use_cache=False
@@ -449,6 +451,8 @@ def _response_states(model, rollout: Rollout, share_prompts: bool) -> Tensor:
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state  # (U, P, H)
+    if cache.get_seq_length() != P:
+        raise RuntimeError(f"token_logprobs: the prompt pass cached {cache.get_seq_length()} of {P} positions")
     cache.batch_select_indices(inverse)  # (U, ...) -> (B, ...) keys and values, differentiable
     h_resp = decoder(
         input_ids=rollout.input_ids[:, P:],
@@ -483,7 +487,7 @@ def token_logprobs(
     each distinct prompt once, its KV cache indexed out to the group's rows, then the responses on top, so the
     prompt's forward (and backward) is paid once per group instead of once per row; gradients through the shared
     keys and values sum over the group, exactly as in separate forwards. Rows that share nothing take one plain
-    forward; `share_prompts=False` forces it.
+    forward, and so does a model in train mode; `share_prompts=False` forces it.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
     """
     if not temperature > 0:

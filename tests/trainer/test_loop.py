@@ -138,6 +138,7 @@ def test_drop_filter_changes_nothing_but_the_cost(tmp_path):
         # the rounding of gradients near zero, which differs with the batch's composition)
         torch.testing.assert_close(w_drop[k], w_off[k], rtol=0, atol=1e-5)
     assert row_drop["loss/policy"] == pytest.approx(row_off["loss/policy"], abs=1e-7)
+    assert row_drop["optim/grad_norm"] == pytest.approx(row_off["optim/grad_norm"], rel=1e-5)  # same normalizer
 
 
 def _weight_copies(model):
