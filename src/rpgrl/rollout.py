@@ -5,7 +5,8 @@
   times. A plain decode loop over `model(...)`; it samples with true temperature / top-p (no hidden top-k) or
   greedily, stops at EOS or `max_new_tokens`, and stops early once every row is done.
 - `token_logprobs(model, rollout)` -> log-probs (and optionally entropies) of the response tokens, computed chunk by
-  chunk from the final hidden states, so a full (B, T, V) float32 logits tensor is never materialised.
+  chunk from the final hidden states, so a full (B, T, V) float32 logits tensor is never materialised; like the
+  sampler, it forwards each group's prompt once (eval mode).
 
 Left padding and positions: prompts are left-padded and `position_ids = cumsum(attention_mask) - 1` (what
 `generate` does), both when sampling and in `token_logprobs`, so training-side log-probs equal the sampler's.
