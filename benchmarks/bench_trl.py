@@ -397,10 +397,10 @@ def markdown(info: dict) -> str:
         f"<= {s['max_new_tokens']} new tokens, beta {s['beta']}, float32, one optimizer step. "
         f"{s['steps']} steps per run, the first {s['warmup_steps_excluded']} excluded; {s['rounds']} interleaved "
         "rounds, the fastest run of each trainer and size is shown (the machine is shared). "
-        "rpgrl: RPG-REINFORCE-URKL + RPG-Style Clip, anchor pi_old (no second model). "
+        "rpgrl: RPG-REINFORCE-URKL + RPG-Style Clip, anchor pi_old (no second model), on-policy update with the "
+        "old log-probs from its own forward, each prompt forwarded once per group. "
         "TRL: GRPOTrainer default loss with beta > 0 "
         "(frozen reference model loaded), its defaults otherwise (gradient checkpointing on, fused AdamW). "
-        "rpgrl: on-policy update, old log-probs from its own forward, each prompt forwarded once per group. "
         "Separate process per run; peak RSS = ru_maxrss of that process. "
         "Phases: logprobs = rpgrl's old log-probs (none: on-policy) / TRL's reference forward and batch preparation; "
         "update = forward, backward and optimizer step.",

@@ -263,16 +263,22 @@ def test_token_logprobs_gradients_match_reference(model64, tok, share):
         want_lp, want_ent = ref_row_logprobs(model64, p, resp)
         ref = ref + (want_lp * w[i, : len(resp)]).sum() + 0.3 * (want_ent * w[i, : len(resp)]).sum()
     ref.backward()
-    for k, p in model64.named_parameters():
-        if share:
-            # Same math, other summation order: the group's upstream gradients are summed before the prompt's
-            # backward, and transformers' RMSNorm computes in float32 even in a float64 model, so the shared
-            # path agrees to float32 rounding (measured 5e-8 of each tensor's largest entry; a lost gradient
-            # path would be off by order 1).
-            err = (got[k] - p.grad).abs().max() / p.grad.abs().max()
-            assert err < 1e-6, (k, float(err))
-        else:
-            torch.testing.assert_close(got[k], p.grad, atol=1e-10, rtol=1e-8, msg=k)
+    want = {k: p.grad for k, p in model64.named_parameters()}
+    if share:
+        assert_close_to_float32_rounding(got, want)
+    else:
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], atol=1e-10, rtol=1e-8, msg=k)
+
+
+def assert_close_to_float32_rounding(got: dict, want: dict) -> None:
+    """Gradients of the shared-prompt path against another computation of the same math. The group's upstream
+    gradients are summed before the prompt's backward, and transformers' RMSNorm computes in float32 even in a
+    float64 model, so they agree to float32 rounding (measured 5e-8 of each tensor's largest entry; a lost
+    gradient path would be off by order 1)."""
+    for k, g in want.items():
+        err = (got[k] - g).abs().max() / g.abs().max()
+        assert err < 1e-6, (k, float(err))
 
 
 def test_shared_prompts_are_forwarded_once_per_group(model, tok):
@@ -305,8 +311,7 @@ def test_shared_prompts_match_the_plain_forward_on_any_selection(model64, tok, r
         (lp.sum() + 0.3 * ent.sum()).backward()
         out[share] = lp.detach(), {k: p.grad.clone() for k, p in model64.named_parameters()}
     torch.testing.assert_close(out[True][0], out[False][0], atol=1e-12, rtol=0)
-    for k, g in out[False][1].items():
-        assert (out[True][1][k] - g).abs().max() / g.abs().max() < 1e-6, k  # float32 RMSNorm rounding, as above
+    assert_close_to_float32_rounding(out[True][1], out[False][1])
 
 
 def test_shared_prompts_are_not_used_in_train_mode(tok):

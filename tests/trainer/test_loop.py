@@ -279,12 +279,11 @@ def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, s
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
     assert all(r["kl/urkl"] == 0.0 for r in reuse)  # w == 1 exactly: the detached forward is the update's own
-    for name in ("model.safetensors",):
-        from safetensors.torch import load_file
+    from safetensors.torch import load_file
 
-        wa, wb = (load_file(tmp_path / run / "model" / name) for run in ("reuse", "recompute"))
-        for k in wa:
-            torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
+    wa, wb = (load_file(tmp_path / run / "model" / "model.safetensors") for run in ("reuse", "recompute"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
 
 
 def test_multi_epoch_or_minibatch_updates_are_not_on_policy():
