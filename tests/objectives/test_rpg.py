@@ -870,3 +870,48 @@ def test_sequence_level_8192_tokens(dtype):
         out, gr = loss_and_grad(*args, divergence=div, style="reinforce", beta=0.1, level="sequence", max_log_w=20.0)
         assert torch.isfinite(out.loss) and torch.isfinite(gr).all()
         assert out.metrics["clip/frac_max_log_w"] == 1 / 3
+
+
+@pytest.mark.parametrize("div", DIVS)
+@pytest.mark.parametrize("style", ["differentiable", "reinforce"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_regime_metrics_against_autograd(div, style, level):
+    """log_w/abs_mean is the mean |log w| over units; kl/grad_share is the KL part's share of the per-unit gradient
+    weight, recovered here from autograd alone: the gradient with beta minus the gradient with beta = 0 is the KL
+    part, the latter the reward part (unclipped, token-sum aggregation so the weights are not rescaled)."""
+    g = torch.Generator().manual_seed(3)
+    logp = -torch.rand(4, 5, generator=g, dtype=torch.float64) - 0.1
+    old = logp + 0.4 * torch.randn(4, 5, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    adv = torch.tensor([0.7, -0.4, 0.2, -1.1], dtype=torch.float64)
+    beta = 0.3
+
+    def grad(b):
+        lp = logp.clone().requires_grad_(True)
+        out = rpg_loss(lp, old, adv, mask, divergence=div, style=style, beta=b, level=level, agg="seq-mean-token-sum")
+        out.loss.backward()
+        return out.metrics, lp.grad
+
+    metrics, g_beta = grad(beta)
+    _, g_reward = grad(0.0)
+    log_w = torch.where(mask, logp - old, 0.0)
+    if level == "token":
+        kl_part, reward_part = (g_beta - g_reward).abs().sum(), g_reward.abs().sum()
+        abs_mean = log_w.abs().sum() / mask.sum()
+    else:  # one coefficient per response, repeated on its tokens: read it off the first token
+        kl_part, reward_part = (g_beta - g_reward)[:, 0].abs().sum(), g_reward[:, 0].abs().sum()
+        abs_mean = log_w.sum(-1).abs().mean()
+    assert float(metrics["log_w/abs_mean"]) == pytest.approx(float(abs_mean), rel=1e-12)
+    assert 0.0 < float(metrics["kl/grad_share"]) < 1.0
+    assert float(metrics["kl/grad_share"]) == pytest.approx(float(kl_part / (kl_part + reward_part)), rel=1e-9)
+
+
+def test_grad_share_is_finite_and_zero_without_kl():
+    logp = torch.zeros(2, 3, dtype=torch.float32)
+    old = torch.tensor([[-99.0, 0.0, 0.0], [40.0, 0.0, 0.0]])  # |log w| far beyond exp's float32 range
+    out = rpg_loss(logp, old, torch.tensor([1.0, -1.0]), torch.ones(2, 3), divergence="urkl", style="reinforce",
+                   beta=1e-4, clip="dual")  # fmt: skip
+    assert math.isfinite(float(out.metrics["kl/grad_share"])) and 0 <= float(out.metrics["kl/grad_share"]) <= 1
+    out0 = rpg_loss(logp, old, torch.tensor([1.0, -1.0]), torch.ones(2, 3), divergence="urkl", style="reinforce",
+                    beta=0.0, clip="dual")  # fmt: skip
+    assert float(out0.metrics["kl/grad_share"]) == 0.0

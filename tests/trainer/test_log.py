@@ -5,7 +5,15 @@ import json
 import pytest
 import torch
 
-from rpgrl.trainer.log import mean_over_steps, plot_metrics, read_metrics, reduce_micro, to_floats, truncate_metrics
+from rpgrl.trainer.log import (
+    clip_fraction,
+    mean_over_steps,
+    plot_metrics,
+    read_metrics,
+    reduce_micro,
+    to_floats,
+    truncate_metrics,
+)
 
 
 def test_reduce_micro_sums_losses_and_weights_means():
@@ -19,6 +27,25 @@ def test_reduce_micro_sums_losses_and_weights_means():
     assert out["kl/x"] == pytest.approx(2.0)  # present in one micro-batch only
     steps = [{"a": torch.tensor(1.0)}, {"a": torch.tensor(3.0), "b": torch.tensor(5.0)}]
     assert to_floats(mean_over_steps(steps)) == {"a": 2.0, "b": 5.0}
+
+
+def test_extremes_are_reduced_as_extremes():
+    """log_w/max is the largest log-ratio of the step, not an average of the micro-batches' or mini-batches'."""
+    parts = [
+        {"log_w/max": torch.tensor(0.1), "log_w/min": torch.tensor(-0.3), "log_w/abs_mean": torch.tensor(0.2)},
+        {"log_w/max": torch.tensor(0.9), "log_w/min": torch.tensor(-0.1), "log_w/abs_mean": torch.tensor(0.4)},
+    ]
+    out = to_floats(reduce_micro(parts, weights=[1.0, 3.0]))
+    assert out == pytest.approx({"log_w/max": 0.9, "log_w/min": -0.3, "log_w/abs_mean": 0.35})
+    steps = [{"log_w/max": torch.tensor(0.0), "log_w/min": torch.tensor(0.0)},
+             {"log_w/max": torch.tensor(0.5), "log_w/min": torch.tensor(-0.7)}]  # fmt: skip
+    assert to_floats(mean_over_steps(steps)) == pytest.approx({"log_w/max": 0.5, "log_w/min": -0.7})
+
+
+def test_clip_fraction_sums_the_clipped_rows():
+    row = {"clip/frac_low": 0.01, "clip/frac_high": 0.02, "clip/frac_dual": 0.005, "clip/frac_kl_clamp": 0.5}
+    assert clip_fraction(row) == pytest.approx(0.035)  # the three rows of the dual clip; guards are not rows
+    assert clip_fraction({"reward/mean": 1.0}) == 0.0
 
 
 def test_truncate_metrics_keeps_each_step_once(tmp_path):

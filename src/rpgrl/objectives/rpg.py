@@ -112,8 +112,9 @@ def rpg_loss(
     gradient. Metrics are detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same
     aggregation), loss/policy (= total - kl), kl/<divergence> (mean over responses of the per-response estimate
     sum_units rho phi(u)), kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a) estimate),
-    kl/k1_old (token mean of old_logp - logp), log_w/max, log_w/min (over units), clip/frac_low, clip/frac_high,
-    clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp.
+    kl/k1_old (token mean of old_logp - logp), kl/grad_share (the KL part's share of the per-unit gradient weight,
+    sum|C| / (sum|w A| + sum|C|) before clipping), log_w/max, log_w/min, log_w/abs_mean (over units), clip/frac_low,
+    clip/frac_high, clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp.
     """
     _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c)
     _check_guards(kl_value_clamp, max_log_w)
@@ -203,10 +204,29 @@ def rpg_loss(
         lu_total = lw_total if rho_total is None else lw_total - rho_total
         metrics["kl/k3_anchor"] = (torch.expm1(-lu_tok).sum() + lu_total) / n_tok  # k3 = expm1(-lu) + lu, 0 at pad
         metrics["kl/k1_old"] = -lw_total / n_tok
+        log_w_raw = log_w_tok.detach() if level == "token" else log_w_tok.detach().sum(-1)  # before max_log_w
+        metrics["log_w/abs_mean"] = log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel())
+        metrics["kl/grad_share"] = _kl_grad_share(divergence, beta, log_w_raw, log_rho, adv, unit_mask)
         metrics["loss/total"] = loss.detach()
         metrics["loss/kl"] = kl_loss.detach()
         metrics["loss/policy"] = loss.detach() - kl_loss
     return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
+
+
+def _kl_grad_share(divergence, beta, log_w, log_rho, adv, unit_mask) -> torch.Tensor:
+    """sum|C| / (sum|w A| + sum|C|) over units, C = -beta rho u phi'(u): the KL term's share of the per-unit gradient
+    weight before clipping (both styles have per-unit gradient -(w A + C) grad logp, spec 2.1). Metric only: float64
+    with log-ratios capped at +-50, so it is finite whatever the ratio; 0 when both parts vanish."""
+    lw = log_w.double().clamp(-50.0, 50.0)
+    log_u = lw if log_rho is None else lw - log_rho.double().clamp(-50.0, 50.0)
+    kl = beta * dv.u_dphi(divergence, log_u.clamp(-50.0, 50.0)).abs()
+    if log_rho is not None:
+        kl = kl * torch.exp(log_rho.double().clamp(-50.0, 50.0))
+    reward = torch.exp(lw) * adv.double().abs()  # (B, T) at token level, (B,) at sequence level
+    if unit_mask is not None:
+        kl, reward = kl * unit_mask, reward * unit_mask
+    total = (reward + kl).sum()
+    return torch.where(total > 0, kl.sum() / total.clamp(min=1e-300), 0.0).to(log_w.dtype)
 
 
 class _Bounds:

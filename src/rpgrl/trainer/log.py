@@ -38,14 +38,18 @@ def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float]) -> 
     """Combine per-micro-batch metrics into one optimizer step's values.
 
     `loss/*` metrics are computed with the global normalizer, so they add up across micro-batches (summed).
-    Everything else is a local mean (clip fractions, KL estimates): averaged with `weights` (e.g. token counts).
-    A key missing from some micro-batches is averaged over those that have it.
+    `*/max` and `*/min` (e.g. `log_w/max`) are extremes: the max (min) over micro-batches. Everything else is a
+    local mean (clip fractions, KL estimates): averaged with `weights` (e.g. token counts). A key missing from some
+    micro-batches is reduced over those that have it.
     """
     out: dict[str, torch.Tensor] = {}
     keys = {k for p in parts for k in p}
     for k in sorted(keys):
         vals = [(p[k].detach().float(), w) for p, w in zip(parts, weights, strict=True) if k in p]
-        if k.startswith("loss/"):
+        extreme = _extreme(k)
+        if extreme is not None:
+            out[k] = extreme(torch.stack([v for v, _ in vals]))
+        elif k.startswith("loss/"):
             out[k] = torch.stack([v for v, _ in vals]).sum()
         else:
             total = sum(w for _, w in vals)
@@ -54,9 +58,19 @@ def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float]) -> 
 
 
 def mean_over_steps(steps: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Average each metric over the optimizer steps of one training step (keys present in any step)."""
+    """Average each metric over the optimizer steps of one training step (keys present in any step); `*/max` and
+    `*/min` keys take the max (min) over the steps instead."""
     keys = {k for s in steps for k in s}
-    return {k: torch.stack([s[k].float() for s in steps if k in s]).mean() for k in sorted(keys)}
+    out = {}
+    for k in sorted(keys):
+        vals = torch.stack([s[k].float() for s in steps if k in s])
+        out[k] = (_extreme(k) or torch.mean)(vals)
+    return out
+
+
+def _extreme(key: str) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """torch.amax for `*/max` metrics, torch.amin for `*/min`, None for the rest."""
+    return torch.amax if key.endswith("/max") else torch.amin if key.endswith("/min") else None
 
 
 def to_floats(metrics: dict[str, torch.Tensor | float | int]) -> dict[str, float]:
@@ -135,6 +149,7 @@ class Progress:
             return
         self.bar.set_postfix(
             reward=f"{row.get('reward/mean', float('nan')):.3f}",
+            clip=f"{100 * clip_fraction(row):.2f}%",
             tok_s=f"{row.get('perf/tokens_per_s', float('nan')):.0f}",
             refresh=False,
         )
@@ -145,12 +160,24 @@ class Progress:
             self.bar.close()
 
 
+CLIP_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac_dual")
+
+
+def clip_fraction(row: dict) -> float:
+    """Fraction of tokens (units) in any clipped row of the step: the sum of the clip/frac_* metrics (disjoint)."""
+    return sum(row.get(k, 0.0) for k in CLIP_KEYS)
+
+
+# Panels of curves.png: the learning curves, then the off-policy regime (clip rows, spread of log w, KL).
 PLOT_KEYS = (
     ("reward/mean", "reward/correct"),
     ("eval/accuracy",),
     ("response/length_mean",),
-    ("kl/ppo_kl", "kl/anchor_k3"),
-    ("clip/frac_low", "clip/frac_high", "clip/frac_dual"),
+    CLIP_KEYS,
+    ("log_w/max", "log_w/min", "log_w/abs_mean"),
+    ("kl/ppo_kl", "kl/k3_anchor", "kl/anchor"),
+    ("kl/grad_share",),
+    ("optim/steps",),
     ("entropy/mean",),
 )
 

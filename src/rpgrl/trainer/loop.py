@@ -178,7 +178,7 @@ def train(
                 kept = mask.sum() if cfg.loss.agg == "token-mean" else float(len(batch))
                 dropped = sampled["batch/sampled_tokens" if cfg.loss.agg == "token-mean" else "batch/sampled"] / kept
             t = time.perf_counter()
-            step_metrics = []
+            step_metrics, opt_steps = [], 0
             own_logp, own_entropy = [], []  # with `reuse`: the update's own detached log-probs and entropies
             for _ in range(cfg.train.epochs):
                 for rows in mbs:
@@ -216,7 +216,7 @@ def train(
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip or math.inf)
                     if torch.isfinite(grad_norm):
                         opt.step()
-                        skipped = 0.0
+                        skipped, opt_steps = 0.0, opt_steps + 1
                     else:  # spec 7.4: a non-finite gradient norm skips the step
                         opt.zero_grad(set_to_none=True)
                         skipped = 1.0
@@ -227,6 +227,7 @@ def train(
             opt.zero_grad(set_to_none=True)
             timing["update"] = time.perf_counter() - t
             row.update(mean_over_steps(step_metrics))
+            row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (epochs x mini-batches)
             if reuse:  # one mini-batch, micro-batches in row order: the pieces are the whole batch
                 old_logp, entropy = torch.cat(own_logp), torch.cat(own_entropy)
             row["entropy/mean"] = _masked_mean(entropy, mask)
