@@ -93,6 +93,18 @@ def _rel(g: torch.Tensor, exact: torch.Tensor) -> float:
     return ((g - exact).norm() / exact.norm()).item()
 
 
+def unit_grads(logp, old_logp, advantages, mask, loss_fn=rpg_loss, **kw) -> torch.Tensor:
+    """d l(x) / d logp[x, t] for every response x of a batch, from one `loss_fn` call (default `rpg_loss`).
+
+    With agg="seq-mean-token-sum" and normalizer 1 the batch loss is sum_x l(x), and l(x) depends on row x only,
+    so the batch gradient holds each response's own gradient (at token level each token's: l_t depends on
+    logp_t only). Shapes: logp, old_logp, mask: (B, T); advantages: (B,) or (B, T). Returns (B, T)."""
+    lp = logp.detach().clone().requires_grad_(True)
+    out = loss_fn(lp, old_logp, advantages, mask, agg="seq-mean-token-sum", normalizer=1.0, **kw)
+    (G,) = torch.autograd.grad(out.loss, lp)
+    return G
+
+
 def _seq_divergence(div: str, lp: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
     """D(pi_theta, anchor) from sequence log-probs (N,), straight from the definitions."""
     P, Pa = lp.exp(), la.exp()
@@ -133,9 +145,7 @@ def verify_rows(seed: int = 0, vocab: int = 3, length: int = 3) -> list[Row]:
 
     def expected_grad(adv, **kw) -> torch.Tensor:
         """sum_x P_old(x) grad l(x)."""
-        lp = toy.token_logp(th).requires_grad_(True)
-        out = rpg_loss(lp, old_lp, adv, toy.mask, agg="seq-mean-token-sum", normalizer=1.0, **kw)
-        (G,) = torch.autograd.grad(out.loss, lp)  # (N, L): d l(x) / d logp[x, t]
+        G = unit_grads(toy.token_logp(th), old_lp, adv, toy.mask, **kw)  # (N, L): d l(x) / d logp[x, t]
         return _grad(lambda t: (P_old[:, None] * G * toy.token_logp(t)).sum(), th)
 
     rows = []
