@@ -14,6 +14,8 @@ theta != theta_old:
 Per-response gradients come from one batched `rpg_loss` call: with agg="seq-mean-token-sum" and normalizer 1 the
 loss is sum_x l(x) and l(x) depends on row x only, so d l(x)/d logp[x, t] is read off the batch gradient and chained
 through the table (exact, no sampling).
+
+A second table (`verify_clip`, same helper) checks RPG-Style Clip row by row: Alg. 1, Alg. 2, truncated IS.
 """
 
 from __future__ import annotations
@@ -210,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(str(e)) from None
     if not 2 <= args.vocab <= 6 or not 1 <= args.length <= 5:
         raise UsageError(f"--vocab must be in 2..6 and --length in 1..5, got {args.vocab} and {args.length}")
+    from rpgrl import verify_clip  # imports this module's helpers
+
     rows = verify_rows(args.seed, args.vocab, args.length)
     n_resp = _Tabular(args.vocab, args.length).N
     print(
@@ -225,4 +229,15 @@ def main(argv: list[str] | None = None) -> int:
         f"\nall RPG surrogates exact: {'yes' if rpg_exact else 'NO'}; corrected GRPO KL term exact: "
         f"{'yes' if grpo_exact else 'NO'}; uncorrected GRPO KL term biased: {'yes' if biased else 'NO'}"
     )
-    return 0 if all(r.ok for r in rows) else 1  # any FAIL line fails the command
+    clip = verify_clip.clip_rows(args.seed)
+    print(
+        f"\nRPG-Style Clip, row by row: every divergence x clip variant x level, {len(verify_clip.W_GRID)} ratios x "
+        f"{len(verify_clip.A_GRID)} advantages per case (w != 1, so theta != theta_old); eps_low = "
+        f"{verify_clip.EPS_LOW}, eps_high = {verify_clip.EPS_HIGH}, c = {verify_clip.C_DUAL}, beta = {BETA}. Each "
+        "cell: units in that row of the algorithm's table and whether all match the stated gradient (rel err <= "
+        f"{TOL:g}); 'flips': units whose branch differs between sign(A) and sign(A_hat) / sign(A')."
+    )
+    print(verify_clip.format_clip_rows(clip))
+    clip_ok = all(r.ok for r in clip)
+    print(f"\nevery clip row has the stated gradient: {'yes' if clip_ok else 'NO'}")
+    return 0 if all(r.ok for r in rows) and clip_ok else 1  # any FAIL line fails the command
