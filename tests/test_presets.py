@@ -1,8 +1,10 @@
 """Presets: the default runs as is; paper presets carry the paper's hyperparameters and need a model and data."""
 
 import dataclasses
+import math
 
 import pytest
+import torch
 
 from rpgrl.config import apply_overrides, check
 from rpgrl.errors import UsageError
@@ -59,6 +61,7 @@ def test_paper_hyperparameters(name):
 def test_family_specifics():
     assert get_preset("grpo").loss.beta == 1e-4 and get_preset("grpo-released").loss.beta == 1e-3  # spec 11.7
     assert get_preset("grpo").loss.kl == "k3" and get_preset("grpo").loss.advantage == "grpo"
+    assert get_preset("grpo").loss.kl_clamp is None and get_preset("grpo-released").loss.kl_clamp == 10.0  # verl
     assert get_preset("dapo").loss.kl is None and get_preset("dapo").loss.advantage == "grpo"
     assert get_preset("reinforce_pp").loss.kl == "k1" and get_preset("reinforce_pp").loss.advantage == "reinforce_pp"
     assert get_preset("reinforce_pp_baseline").loss.advantage == "reinforce_pp_baseline"
@@ -83,3 +86,46 @@ def test_unknown_preset_lists_names():
     with pytest.raises(UsageError, match="unknown preset 'grpo2'; valid: default, grpo"):
         get_preset("grpo2")
     assert "rpg-reinforce-urkl" in preset_table()
+
+
+def test_grpo_released_clamps_k3_at_ten():
+    """spec 5.2: verl's low_var_kl clamps k3(pi_ref/pi_theta) to [-10, 10]; the preset's options reach the loss."""
+    from rpgrl.objectives import get_loss
+    from rpgrl.trainer.loop import loss_options
+
+    lc = get_preset("grpo-released").loss
+    opts = loss_options(lc)
+    assert (opts["kl"], opts["kl_clamp"], opts["beta"]) == ("k3", 10.0, 1e-3)
+    logp = torch.tensor([[-14.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-0.1, -0.6]], dtype=torch.float64)  # token 0: k3 = e^13.9 - 13.9 - 1 >> 10
+    mask, adv = torch.ones(1, 2), torch.zeros(1, dtype=torch.float64)
+    out = get_loss(lc.name)(logp, logp.detach(), adv, mask, ref_logp=ref, **opts)
+    k3 = math.exp(-0.1) - (-0.1) - 1  # k3(y) = y - 1 - log y, log y = ref - logp = -0.1
+    assert math.isclose(out.loss.item(), 1e-3 * (10.0 + k3) / 2, rel_tol=1e-12)
+    (g,) = torch.autograd.grad(out.loss, logp)
+    assert g[0, 0] == 0 and g[0, 1] != 0
+
+
+def test_grpo_aggregation_token_mean_or_the_papers_per_response_mean():
+    """spec 11 item 14: the preset reduces by token-mean (as the authors' run); --loss.agg seq-mean-token-mean gives
+    the paper's formula (1/G) sum_i (1/|o_i|) sum_t l_it."""
+    from rpgrl.objectives import get_loss
+    from rpgrl.trainer.loop import loss_options
+
+    paper = apply_overrides(get_preset("grpo"), [("loss.agg", "seq-mean-token-mean")])
+    check(apply_overrides(paper, [("model.path", "/m"), ("data.train", "/d.parquet")]))
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g, dtype=torch.float64)
+    old = logp + 0.3 * torch.randn(3, 5, generator=g, dtype=torch.float64)
+    ref = logp + 0.3 * torch.randn(3, 5, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    adv = torch.tensor([1.0, -0.5, 0.25], dtype=torch.float64)
+    losses = {}
+    for name, cfg in (("token", get_preset("grpo")), ("paper", paper)):
+        out = get_loss(cfg.loss.name)(logp, old, adv, mask, ref_logp=ref, **loss_options(cfg.loss))
+        losses[name] = out.loss.item()
+        per_token = out.per_token
+    assert get_preset("grpo").loss.agg == "token-mean"
+    assert math.isclose(losses["token"], (per_token * mask).sum().item() / 8, rel_tol=1e-12)
+    per_response = (per_token * mask).sum(-1) / mask.sum(-1)
+    assert math.isclose(losses["paper"], per_response.mean().item(), rel_tol=1e-12)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rpgrl import cli, verify
+from rpgrl import cli, verify, verify_clip
 from rpgrl.errors import UsageError
 from rpgrl.objectives import divergences
 
@@ -34,7 +34,12 @@ def test_main_prints_the_table(capsys):
     for header in verify.HEADERS.values():
         assert header in out
     assert "all RPG surrogates exact: yes; corrected GRPO KL term exact: yes" in out
-    assert out.count(" ok\n") == 25 and "biased (as expected)" in out
+    first, clip = out.split("RPG-Style Clip, row by row")
+    assert first.count(" ok\n") == 25 and "biased (as expected)" in first
+    for header in verify_clip.HEADERS.values():
+        assert header in clip
+    assert clip.count(" ok\n") == len(verify_clip.VARIANTS) * 8 and "FAIL" not in clip and "none" not in clip
+    assert "every clip row has the stated gradient: yes" in out
 
 
 def test_fails_on_a_wrong_reinforce_weight(monkeypatch, capsys):

@@ -15,7 +15,7 @@ from rpgrl.errors import UsageError
 COMMANDS = {
     "train": ("rpgrl.trainer.cli", "main", "train a policy (no preset = the embedded CPU default)"),
     "eval": ("rpgrl.evaluation", "main", "score a model on AIME/AMC parquet files (mean@k, pass@k)"),
-    "verify": ("rpgrl.verify", "main", "prove every RPG surrogate exact by enumerating a small policy"),
+    "verify": ("rpgrl.verify", "main", "prove every RPG surrogate exact by enumeration, and the clip row by row"),
 }
 
 

@@ -10,9 +10,13 @@ reference (anchor = the sampler of each batch). They need a model and a math dat
 `data.train` are unset and a run fails with one line until they are given.
 
 "As released" presets reproduce what the authors' scripts execute where it differs from the paper (spec 4.3 iii-iv,
-11): GRPO with beta 1e-3, differentiable RPG as a PPO-clipped reward term plus a separate clamped KL loss, and
-RPG-REINFORCE as PPO dual clip on mean-centred advantages with no KL at lr 5e-7 (all four divergences run the same
-algorithm there, so there is one preset). Schedule-free variants: add `--optim.name schedulefree`.
+11): GRPO with beta 1e-3 and verl's +-10 clamp on its k3 (`low_var_kl`) term, differentiable RPG as a PPO-clipped
+reward term plus a separate clamped KL loss, and RPG-REINFORCE as PPO dual clip on mean-centred advantages with no
+KL at lr 5e-7 (all four divergences run the same algorithm there, so there is one preset). Schedule-free variants:
+add `--optim.name schedulefree`.
+
+Where the paper is silent or disagrees with itself or the scripts, the choice is commented at the line that makes it
+(spec 11 items 8, 9, 11, 12, 14) and listed in docs/paper-notes.md.
 """
 
 from __future__ import annotations
@@ -63,11 +67,16 @@ _PAPER = Config(
         overlong_buffer=512,
         overlong_factor=1.0,
     ),
+    # c: the paper only requires c > 1; every released script uses 10 (spec 11 item 9)
     loss=LossConfig(name="rpg", advantage="rpg", beta=1e-4, clip="dual", eps_low=0.2, eps_high=0.28, c=10.0),
     optim=OptimConfig(name="adamw", lr=1e-6, weight_decay=0.1, warmup_steps=10, grad_clip=1.0),
     ref=RefConfig(mode="behaviour"),
     sft=SFTConfig(max_steps=0),
     eval=EvalConfig(every=10, samples=32),
+    # 400 steps as the paper reports ("Last" = step 400); the scripts run 2 epochs instead (spec 11 item 12).
+    # mini_batch_prompts is global, as the scripts' ppo_mini_batch_size (32 prompts = 512 responses, 16 optimizer
+    # steps per batch) and does not scale with the device count as the paper's "per-GPU mini-batch 32" would
+    # (spec 11 item 11).
     train=TrainConfig(max_steps=400, mini_batch_prompts=32, micro_batch_size=8, checkpoint_every=20),
 )
 _NO_DAPO_TRICKS = dict(group_filter="off", gen_prompts=None, overlong_buffer=0)
@@ -83,14 +92,18 @@ def _build() -> dict[str, Preset]:
     }
 
     # --- baselines (spec 5.2-5.4)
+    # GRPO clip 0.2/0.2: paper Sec. 5 and the scripts (App. H says 0.1/0.1, spec 11 item 8). Aggregation
+    # token-mean: the authors' GRPO run and every other preset; the paper's GRPO formula averages per response
+    # (1/|o_i|), reachable with --loss.agg seq-mean-token-mean (spec 11 item 14).
     grpo = replace(
         _loss(_PAPER, name="grpo", advantage="grpo", kl="k3", beta=1e-4, eps_low=0.2, eps_high=0.2),
         rollout=replace(_PAPER.rollout, **_NO_DAPO_TRICKS),
         ref=RefConfig(mode="fixed"),
     )
     p["grpo"] = Preset(grpo, "GRPO (paper): mean/std advantage, PPO clip 0.2/0.2, k3 KL 1e-4 to the initial model")
-    p["grpo-released"] = Preset(
-        _loss(grpo, beta=1e-3), "GRPO as released: the same with beta 1e-3 (run_grpo_7b*.sh, spec 5.2)"
+    p["grpo-released"] = Preset(  # verl's low_var_kl clamps k3 to [-10, 10] (spec 5.2)
+        _loss(grpo, beta=1e-3, kl_clamp=10.0),
+        "GRPO as released: the same with beta 1e-3 and k3 clamped to +-10 (run_grpo_7b*.sh, spec 5.2)",
     )
     dapo = _loss(_PAPER, name="dapo", advantage="grpo", beta=0.0)
     p["dapo"] = Preset(dapo, "DAPO: mean/std advantage, clip-higher 0.2/0.28, dynamic sampling, overlong penalty")

@@ -14,6 +14,8 @@ theta != theta_old:
 Per-response gradients come from one batched `rpg_loss` call: with agg="seq-mean-token-sum" and normalizer 1 the
 loss is sum_x l(x) and l(x) depends on row x only, so d l(x)/d logp[x, t] is read off the batch gradient and chained
 through the table (exact, no sampling).
+
+A second table (`verify_clip`, same helper) checks RPG-Style Clip row by row: Alg. 1, Alg. 2, truncated IS.
 """
 
 from __future__ import annotations
@@ -93,6 +95,18 @@ def _rel(g: torch.Tensor, exact: torch.Tensor) -> float:
     return ((g - exact).norm() / exact.norm()).item()
 
 
+def unit_grads(logp, old_logp, advantages, mask, loss_fn=rpg_loss, **kw) -> torch.Tensor:
+    """d l(x) / d logp[x, t] for every response x of a batch, from one `loss_fn` call (default `rpg_loss`).
+
+    With agg="seq-mean-token-sum" and normalizer 1 the batch loss is sum_x l(x), and l(x) depends on row x only,
+    so the batch gradient holds each response's own gradient (at token level each token's: l_t depends on
+    logp_t only). Shapes: logp, old_logp, mask: (B, T); advantages: (B,) or (B, T). Returns (B, T)."""
+    lp = logp.detach().clone().requires_grad_(True)
+    out = loss_fn(lp, old_logp, advantages, mask, agg="seq-mean-token-sum", normalizer=1.0, **kw)
+    (G,) = torch.autograd.grad(out.loss, lp)
+    return G
+
+
 def _seq_divergence(div: str, lp: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
     """D(pi_theta, anchor) from sequence log-probs (N,), straight from the definitions."""
     P, Pa = lp.exp(), la.exp()
@@ -133,9 +147,7 @@ def verify_rows(seed: int = 0, vocab: int = 3, length: int = 3) -> list[Row]:
 
     def expected_grad(adv, **kw) -> torch.Tensor:
         """sum_x P_old(x) grad l(x)."""
-        lp = toy.token_logp(th).requires_grad_(True)
-        out = rpg_loss(lp, old_lp, adv, toy.mask, agg="seq-mean-token-sum", normalizer=1.0, **kw)
-        (G,) = torch.autograd.grad(out.loss, lp)  # (N, L): d l(x) / d logp[x, t]
+        G = unit_grads(toy.token_logp(th), old_lp, adv, toy.mask, **kw)  # (N, L): d l(x) / d logp[x, t]
         return _grad(lambda t: (P_old[:, None] * G * toy.token_logp(t)).sum(), th)
 
     rows = []
@@ -200,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(str(e)) from None
     if not 2 <= args.vocab <= 6 or not 1 <= args.length <= 5:
         raise UsageError(f"--vocab must be in 2..6 and --length in 1..5, got {args.vocab} and {args.length}")
+    from rpgrl import verify_clip  # imports this module's helpers
+
     rows = verify_rows(args.seed, args.vocab, args.length)
     n_resp = _Tabular(args.vocab, args.length).N
     print(
@@ -215,4 +229,15 @@ def main(argv: list[str] | None = None) -> int:
         f"\nall RPG surrogates exact: {'yes' if rpg_exact else 'NO'}; corrected GRPO KL term exact: "
         f"{'yes' if grpo_exact else 'NO'}; uncorrected GRPO KL term biased: {'yes' if biased else 'NO'}"
     )
-    return 0 if all(r.ok for r in rows) else 1  # any FAIL line fails the command
+    clip = verify_clip.clip_rows(args.seed)
+    print(
+        f"\nRPG-Style Clip, row by row: every divergence x clip variant x level, {len(verify_clip.W_GRID)} ratios x "
+        f"{len(verify_clip.A_GRID)} advantages per case (w != 1, so theta != theta_old); eps_low = "
+        f"{verify_clip.EPS_LOW}, eps_high = {verify_clip.EPS_HIGH}, c = {verify_clip.C_DUAL}, beta = {BETA}. Each "
+        "cell: units in that row of the algorithm's table and whether all match the stated gradient (rel err <= "
+        f"{TOL:g}); 'flips': units whose branch differs between sign(A) and sign(A_hat) / sign(A')."
+    )
+    print(verify_clip.format_clip_rows(clip))
+    clip_ok = all(r.ok for r in clip)
+    print(f"\nevery clip row has the stated gradient: {'yes' if clip_ok else 'NO'}")
+    return 0 if all(r.ok for r in rows) and clip_ok else 1  # any FAIL line fails the command

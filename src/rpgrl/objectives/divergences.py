@@ -18,6 +18,11 @@ anchor is the sampler (the paper's setting), `rho = 1` and `u = w`.
 All functions take `log_u` (any shape: `(B, T)` per token, `(B,)` per sequence) and optionally `u = exp(log_u)` when
 the caller already has it, so no exponential is computed twice. They work in log space: nothing exponentiates a
 quantity that is not itself the answer (a sequence-level `log_u` of -1e4 gives finite values).
+
+ufkl/urkl versus fkl/rkl (spec 2.3, 11 item 20): for a normalised policy the mass term of UKL is a constant, so the
+U-variants have the same objective and expected gradient as fkl/rkl; their REINFORCE weights differ only by the
+zero-mean control variate -beta w (ufkl) or +beta w (urkl). All four stay selectable as the paper's rows, but they are
+estimators of one gradient, not different regularisers (docs/paper-notes.md).
 """
 
 from __future__ import annotations
