@@ -48,7 +48,9 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import MISSING
+from verl.models.transformers import monkey_patch as _verl_monkey_patch
 from verl.trainer.ppo.core_algos import agg_loss, register_adv_est, register_policy_loss
+from verl.utils import import_utils as _verl_import_utils
 from verl.workers.config import PolicyLossConfig
 
 from rpgrl.advantages import get_advantage
@@ -215,6 +217,27 @@ def _make_policy_loss(divergence: str, style: str):
         "parameters and `RPGPolicyLossConfig` options, reduced by verl's agg_loss. Shapes: (B, T) tensors."
     )
     return policy_loss
+
+
+def _trl_has_value_head() -> bool:
+    """True when verl's trl patch can find its class (trl.experimental.ppo or trl, as verl looks it up)."""
+    try:
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+    except ImportError:
+        try:
+            from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+# Guard (issue 16). verl's apply_monkey_patch, run when its FSDP engine builds the actor, patches trl's
+# AutoModelForCausalLMWithValueHead whenever trl is importable; trl >= 1.14 no longer has the class, so with rpgrl's
+# trl extra (trl >= 1.16) every actor build fails with ImportError. Its trl check gets a stricter test: "is the
+# class there", evaluated when the actor is built. Only verl's own function is replaced, so a verl that fixes this
+# keeps its fix.
+if getattr(_verl_monkey_patch, "is_trl_available", None) is _verl_import_utils.is_trl_available:
+    _verl_monkey_patch.is_trl_available = _trl_has_value_head
 
 
 for _d in DIVERGENCES:
