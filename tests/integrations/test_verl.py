@@ -5,6 +5,7 @@ rpgrl.rpg_loss and against verl's own PPO loss; the advantage estimator against 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import subprocess
@@ -274,6 +275,22 @@ def test_fully_masked_rows_contribute_nothing(base_actor, agg):
     torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
     assert grad[2].abs().sum() == 0
+
+
+def test_verls_model_patch_runs_next_to_rpgrls_trl_extra():
+    """Issue 16: verl's FSDP engine calls apply_monkey_patch on every actor it builds, and that imported trl's
+    AutoModelForCausalLMWithValueHead whenever trl was installed; trl >= 1.14 has no such class. With the plug-in
+    loaded the call goes through (this is the call with the engine's arguments on a CPU actor; the slow
+    test_verl_cpu_actor.py builds the whole actor)."""
+    from verl.models.transformers import monkey_patch
+
+    from rpgrl.models import build_char_tokenizer, build_tiny_model
+
+    if importlib.util.find_spec("trl") is None:
+        pytest.skip("needs trl installed next to verl (rpgrl[trl,verl])")
+    assert monkey_patch.is_trl_available() is plugin._trl_has_value_head()
+    model = build_tiny_model(build_char_tokenizer("ab"), hidden=8, layers=1, heads=2, kv_heads=1, ffn=8)
+    monkey_patch.apply_monkey_patch(model=model, use_remove_padding=False, ulysses_sp_size=1, use_fused_kernels=False)
 
 
 @pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
