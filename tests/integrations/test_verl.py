@@ -5,6 +5,7 @@ rpgrl.rpg_loss and against verl's own PPO loss; the advantage estimator against 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import subprocess
@@ -274,6 +275,48 @@ def test_fully_masked_rows_contribute_nothing(base_actor, agg):
     torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
     assert grad[2].abs().sum() == 0
+
+
+def test_verls_model_patch_runs_next_to_rpgrls_trl_extra():
+    """Issue 16: verl's FSDP engine calls apply_monkey_patch on every actor it builds, and that imported trl's
+    AutoModelForCausalLMWithValueHead whenever trl was installed; trl >= 1.14 has no such class. With the plug-in
+    loaded the call goes through (this is the call with the engine's arguments on a CPU actor; the slow
+    test_verl_cpu_actor.py builds the whole actor)."""
+    from verl.models.transformers import monkey_patch
+
+    from rpgrl.models import build_char_tokenizer, build_tiny_model
+
+    if importlib.util.find_spec("trl") is None:
+        pytest.skip("needs trl installed next to verl (rpgrl[trl,verl])")
+    assert monkey_patch.is_trl_available() is plugin._trl_has_value_head()
+    model = build_tiny_model(build_char_tokenizer("ab"), hidden=8, layers=1, heads=2, kv_heads=1, ffn=8)
+    monkey_patch.apply_monkey_patch(model=model, use_remove_padding=False, ulysses_sp_size=1, use_fused_kernels=False)
+
+
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
+def test_half_precision_log_probs_are_upcast_at_the_boundary(base_actor, half):
+    """verl's mixed precision hands bf16 log-probs (old_log_prob and advantages stay float32): the plug-in computes
+    in float32 and says so in actor/logp_upcast; the gradient reaches the half-precision log-probs; rpg_loss called
+    directly still refuses them."""
+    config = actor_with(base_actor, batch_info=BATCH_INFOS["dp2"], clip="dual", beta=0.05)
+    logp64, old64, adv64, mask = random_batch(seed=5)
+    logp_half = logp64.detach().to(half).requires_grad_(True)
+    old, adv = old64.float(), adv64.float()
+    loss, grad, metrics = verl_loss_and_grad("rpg_urkl_reinforce", logp_half, old, adv, mask, "token-mean", config)
+    assert loss.dtype == torch.float32 and grad.dtype == half
+    logp32 = logp_half.detach().float().requires_grad_(True)  # the same values, upcast by hand
+    ref_loss, ref_grad, ref_metrics = verl_loss_and_grad(
+        "rpg_urkl_reinforce", logp32, old, adv, mask, "token-mean", config
+    )
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad, ref_grad.to(half))  # backward through the cast rounds to half once
+    assert grad.abs().sum() > 0
+    assert metrics["actor/logp_upcast"].item() == 1.0 and "actor/logp_upcast" not in ref_metrics
+    assert set(metrics) - {"actor/logp_upcast"} == set(ref_metrics)
+    with pytest.raises(ValueError, match=f"logp has dtype {half}"):
+        rpg_loss(
+            logp_half, old.to(half), adv.to(half), mask, divergence="urkl", style="reinforce", beta=0.05, clip=None
+        )
 
 
 def test_refuses_verl_kl_loss_on_top():

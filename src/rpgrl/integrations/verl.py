@@ -36,6 +36,10 @@ in verl's own losses. The one variant without a per-token form (style=differenti
 by `rpg_loss` itself with the same normaliser agg_loss uses (global count / dp_size); it supports the three
 shared modes and no rollout weights.
 
+Precision. With verl's default mixed precision (param_dtype=bf16) and no flash-attn cross-entropy, `log_prob` arrives
+in bfloat16. The loss upcasts half-precision inputs to float32 at this boundary (the gradient flows back through
+the cast) and then reports `actor/logp_upcast` = 1; `rpg_loss` itself still refuses half precision.
+
 Metrics are returned as detached 0-dim tensors under `actor/<rpgrl name>` (`actor/kl/urkl`, `actor/clip/frac_dual`,
 ...); verl converts them and averages them over micro-batches. The loss itself is logged by verl as actor/pg_loss.
 """
@@ -48,7 +52,9 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import MISSING
+from verl.models.transformers import monkey_patch as _verl_monkey_patch
 from verl.trainer.ppo.core_algos import agg_loss, register_adv_est, register_policy_loss
+from verl.utils import import_utils as _verl_import_utils
 from verl.workers.config import PolicyLossConfig
 
 from rpgrl.advantages import get_advantage
@@ -57,6 +63,7 @@ from rpgrl.objectives.divergences import DIVERGENCES
 from rpgrl.objectives.reduce import AGG_MODES
 from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES
 
+_HALF = (torch.float16, torch.bfloat16)
 LOSS_MODES = tuple(f"rpg_{d}_{s}" for d in DIVERGENCES for s in STYLES)
 
 
@@ -180,6 +187,12 @@ def _make_policy_loss(divergence: str, style: str):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         opts = _options(config, mode)
         batch = dict(config.global_batch_info or {})
+        upcast = log_prob.dtype in _HALF  # verl's mixed precision hands bf16 log-probs; rpg_loss refuses them
+        log_prob, old_log_prob, advantages = (
+            x.float() if x.dtype in _HALF else x for x in (log_prob, old_log_prob, advantages)
+        )
+        if rollout_is_weights is not None and rollout_is_weights.dtype in _HALF:
+            rollout_is_weights = rollout_is_weights.float()
         shared = loss_agg_mode in AGG_MODES
         if opts["level"] == "sequence" and advantages.dim() == 2:
             advantages = _sequence_advantages(advantages, response_mask)
@@ -207,6 +220,8 @@ def _make_policy_loss(divergence: str, style: str):
             loss = out.loss  # aggregated by rpg_loss with agg_loss's normaliser (see _normalizer)
         # verl logs the loss itself (actor/pg_loss); rpgrl's loss/* values would be averaged over micro-batches.
         metrics = {f"actor/{k}": v for k, v in out.metrics.items() if not k.startswith("loss/")}
+        if upcast:
+            metrics["actor/logp_upcast"] = torch.ones((), device=loss.device)
         return loss, metrics
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"compute_policy_loss_{mode}"
@@ -215,6 +230,27 @@ def _make_policy_loss(divergence: str, style: str):
         "parameters and `RPGPolicyLossConfig` options, reduced by verl's agg_loss. Shapes: (B, T) tensors."
     )
     return policy_loss
+
+
+def _trl_has_value_head() -> bool:
+    """True when verl's trl patch can find its class (trl.experimental.ppo or trl, as verl looks it up)."""
+    try:
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+    except ImportError:
+        try:
+            from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+# Guard (issue 16). verl's apply_monkey_patch, run when its FSDP engine builds the actor, patches trl's
+# AutoModelForCausalLMWithValueHead whenever trl is importable; trl >= 1.14 no longer has the class, so with rpgrl's
+# trl extra (trl >= 1.16) every actor build fails with ImportError. Its trl check gets a stricter test: "is the
+# class there", evaluated when the actor is built. Only verl's own function is replaced, so a verl that fixes this
+# keeps its fix.
+if getattr(_verl_monkey_patch, "is_trl_available", None) is _verl_import_utils.is_trl_available:
+    _verl_monkey_patch.is_trl_available = _trl_has_value_head
 
 
 for _d in DIVERGENCES:
