@@ -198,21 +198,10 @@ def rpg_loss(
             f"{log_w.max().item():.6g}]): a ratio is too extreme to represent; use clip='dual', smaller steps or "
             "max_log_w"
         )
-    with torch.no_grad():  # in float64 and overflow-safe (dv.regularizer is never NaN); see reported
-        f64 = torch.float64
-        if kl_value_clamp is None:  # the loss's own term (if any) may overflow where it is unused (beta = 0)
-            kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
-        kl_rows = kl_unit.detach().to(f64)
-        kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
-        kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else torch.zeros((), dtype=f64)
-        metrics[f"kl/{divergence}"] = kl_rows.mean()
-        lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
-        lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
-        metrics["kl/k3_anchor"] = (torch.expm1(-lu_tok) + lu_tok).sum() / n_tok  # k3 = expm1(-lu) + lu, 0 at pad
-        metrics["kl/k1_old"] = -log_w_tok.detach().to(f64).sum() / n_tok
-        metrics["loss/total"] = loss.detach()
-        metrics["loss/kl"] = kl_loss
-        metrics["loss/policy"] = loss.detach().to(f64) - kl_loss
+    clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
+    metrics |= _kl_and_loss_metrics(
+        loss, clamped_kl, log_u, log_rho, log_w_tok, log_rho_tok, mask_b, divergence, beta, level, agg, normalizer
+    )
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(metrics, logp.dtype))
 
 
@@ -335,6 +324,31 @@ def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Boun
     metrics["clip/frac_low"] = unit_mean(~pos & (log_w <= b.log_lo))
     metrics["clip/frac_dual"] = unit_mean(~pos & (log_w >= b.log_c))
     return (w_b * adv).add_(kl_part(log_ub, u_b)).neg_(), active
+
+
+@torch.no_grad()
+def _kl_and_loss_metrics(
+    loss, kl_unit, log_u, log_rho, log_w_tok, log_rho_tok, mask_b, divergence, beta, level, agg, normalizer
+) -> dict[str, torch.Tensor]:
+    """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
+    NaN; `reported` saturates what exceeds the range). `kl_unit`: the loss's clamped KL term, else None (recomputed:
+    an unclamped term may have overflowed where the loss does not use it, beta = 0)."""
+    f64, n_tok = torch.float64, mask_b.sum()
+    if kl_unit is None:
+        kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
+    kl_rows = kl_unit.detach().to(f64)
+    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
+    kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else torch.zeros((), dtype=f64)
+    lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
+    lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
+    return {
+        f"kl/{divergence}": kl_rows.mean(),
+        "kl/k3_anchor": (torch.expm1(-lu_tok) + lu_tok).sum() / n_tok,  # k3 = expm1(-lu) + lu, 0 at padding
+        "kl/k1_old": -log_w_tok.detach().to(f64).sum() / n_tok,
+        "loss/total": loss.detach(),
+        "loss/kl": kl_loss,
+        "loss/policy": loss.detach().to(f64) - kl_loss,
+    }
 
 
 def _aggregate_rows(row: torch.Tensor, mask_b: torch.Tensor, agg: str, normalizer) -> torch.Tensor:
