@@ -375,3 +375,39 @@ def test_bool_mask_and_masked_out_nan_are_fine():
     m = d["mask"].bool()
     b = ppo_loss(**{**d, "mask": m, "logp": d["logp"].masked_fill(~m, float("nan"))}, clip_c=C)
     assert close(a.loss, b.loss)
+
+
+# ---------- extreme inputs (issue 11 items 8, 9) ----------
+
+
+def _loss_grad(lp, **kw):
+    lp = lp.detach().clone().requires_grad_()
+    zeros = torch.zeros_like(lp)
+    out = ppo_loss(lp, zeros, torch.ones(lp.shape[0], dtype=lp.dtype), torch.ones_like(lp), ref_logp=zeros, **kw)
+    (g,) = torch.autograd.grad(out.loss, lp)
+    return out, g
+
+
+@pytest.mark.parametrize("kl", ["k3", "k3_corrected"])
+def test_kl_clamp_gradient_is_zero_not_nan_where_exp_overflows(kl):
+    """float32 with ref = old = 0: logp = -100 overflows k3's exp(ref - logp), logp = 100 overflows w; the clamp
+    binds there and the gradient is 0, not NaN (inf * 0); the float64 run (no overflow) gives the same numbers."""
+    lp64 = torch.tensor([[-100.0, 0.1, -0.1, 100.0]], dtype=F64)
+    kw = dict(kl=kl, beta=0.5, kl_clamp=10.0, eps_high=1e6)
+    out, g = _loss_grad(lp64.float(), **kw)
+    ref, g64 = _loss_grad(lp64, **kw)
+    assert torch.isfinite(out.loss) and torch.isfinite(g).all()
+    assert torch.allclose(out.loss.double(), ref.loss, rtol=1e-5) and torch.allclose(g.double(), g64, rtol=1e-5)
+    assert g[0, 3] == 0 and out.metrics["kl/frac_clamped"] == 0.5  # both +-100 tokens (k3_corrected: w k3 = NaN)
+
+
+def test_overflowing_loss_is_refused_and_a_finite_one_has_finite_metrics():
+    """A loss that overflows raises (it returned inf); a finite loss whose KL metric overflows float32 (4 tokens of
+    k3 = e^88.5 = 2.7e38, beta 1e-3) reports it in float64, saturated at 1e30 (kl/penalty was inf)."""
+    with pytest.raises(ValueError, match="ppo_loss overflowed"):
+        _loss_grad(torch.full((1, 4), -100.0), kl="k3", beta=0.5)
+    out, g = _loss_grad(torch.full((1, 4), -88.5), kl="k3", beta=1e-3, eps_low=1.0, eps_high=1e6)
+    assert torch.isfinite(out.loss) and torch.isfinite(g).all()
+    assert all(torch.isfinite(v) for v in out.metrics.values()), out.metrics
+    assert out.metrics["kl/penalty"] == torch.tensor(1e30, dtype=torch.float32)
+    assert close(out.metrics["loss/policy"].double(), -1.0 * math.exp(-88.5), tol=1e-40)

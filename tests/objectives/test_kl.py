@@ -229,3 +229,11 @@ def test_low_var_kl_clamps_are_off_by_default_and_explicit():
         kl_penalty(lp, ref, "kl", value_clamp=10.0)
     with pytest.raises(ValueError, match="unknown kl_penalty 'low-var-kl'; valid: abs"):
         kl_penalty(lp, ref, "low-var-kl")
+
+
+def test_value_clamp_gradient_is_zero_not_nan_where_exp_overflows():
+    lp = torch.tensor([-100.0, 0.0, 1.0, 100.0], requires_grad=True)  # float32: exp(100) overflows
+    out = kl_penalty(lp, torch.zeros(4), "low_var_kl", value_clamp=10.0)
+    (g,) = torch.autograd.grad(out.sum(), lp)
+    assert out.tolist() == pytest.approx([10.0, 0.0, math.exp(-1.0), 10.0])
+    assert g.tolist() == pytest.approx([0.0, 0.0, 1 - math.exp(-1.0), 0.0])  # d k3(-lr)/d lp = 1 - e^{-lr}

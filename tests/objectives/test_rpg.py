@@ -915,3 +915,50 @@ def test_grad_share_is_finite_and_zero_without_kl():
     out0 = rpg_loss(logp, old, torch.tensor([1.0, -1.0]), torch.ones(2, 3), divergence="urkl", style="reinforce",
                     beta=0.0, clip="dual")  # fmt: skip
     assert float(out0.metrics["kl/grad_share"]) == 0.0
+
+
+@pytest.mark.parametrize("div", DIVS)
+def test_kl_value_clamp_gradient_is_zero_not_nan_where_exp_overflows(div):
+    """Issue 11 item 8: float32 log w = 100 overflows exp; where the clamp binds the gradient is 0, elsewhere it
+    equals the float64 formula beta w phi'(w) (A = 0, so the policy term is zero)."""
+    beta = 0.2
+    lw64 = torch.tensor([100.0, 0.5, -3.0, 40.0, -100.0], dtype=DT)
+    lpo = torch.full((1, 5), -1.0)
+    kw = dict(divergence=div, beta=beta, clip="dual", kl_in_clip=False, kl_value_clamp=10.0, style="differentiable")
+    out, g = token_grads(lpo + lw64.float(), lpo, torch.zeros(1), **CLIP_KW, **kw)
+    D = {"fkl": -lw64, "rkl": lw64.exp() * lw64, "ufkl": lw64.expm1() - lw64, "urkl": lw64.exp() * (lw64 - 1) + 1}[div]
+    wdphi = {
+        "fkl": -torch.ones_like(lw64),
+        "rkl": lw64.exp() * (lw64 + 1),
+        "ufkl": lw64.expm1(),
+        "urkl": lw64.exp() * lw64,
+    }
+    inside = D.abs() <= 10
+    assert torch.isfinite(g).all() and torch.isfinite(out.loss)
+    assert torch.allclose(out.per_token[0].double(), beta * D.clamp(-10, 10), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(g.double(), torch.where(inside, beta * wdphi[div], 0.0), rtol=1e-5, atol=1e-6)
+    assert math.isclose(out.metrics["clip/frac_kl_clamp"].item(), (~inside).double().mean().item(), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("lw", [-99.0, 100.0])
+def test_metrics_stay_finite_when_an_estimate_overflows(lw):
+    """Issue 11 item 9: float32 log w = -99 made kl/k3_anchor = e^99 = inf (and +100 the KL metrics of the clipped
+    variants) with a finite loss. Metrics are computed in float64 and saturate at +-1e30; those that fit keep their
+    value."""
+    lpo = torch.full((2, 3), -2.0)
+    lp = lpo + torch.tensor([[lw, 0.1, -0.2], [0.3, 0.0, 0.05]])
+    A, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
+    variants = [dict(style="reinforce", clip=c) for c in ("dual", "truncate")]
+    variants += [dict(style="differentiable", clip="dual", kl_in_clip=False, kl_value_clamp=10.0)]
+    variants += [dict(style="differentiable", max_log_w=5.0)]
+    for div, kw in itertools.product(DIVS, variants):
+        out, g = loss_and_grad(lp, lpo, A, mask, divergence=div, beta=0.1, **kw)
+        assert torch.isfinite(g).all(), (div, kw)
+        bad = {k: v.item() for k, v in out.metrics.items() if not torch.isfinite(v)}
+        assert not bad, (div, kw, bad)
+        lw_all = (lp - lpo).double()
+        assert out.metrics["log_w/min"] == lw_all.min() and out.metrics["log_w/max"] == lw_all.max()
+        assert math.isclose(out.metrics["kl/k1_old"].item(), -lw_all.mean().item(), rel_tol=1e-6)
+        if lw < 0:  # true value e^99 / 6 = 1.6e42: saturated
+            assert out.metrics["kl/k3_anchor"] == torch.tensor(1e30, dtype=torch.float32)
+        assert out.metrics["loss/total"] == out.loss

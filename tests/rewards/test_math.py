@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from rpgrl.rewards import REWARDS, Reward
+from rpgrl.rewards import math as _math
 from rpgrl.rewards.math import (
     INVALID,
     MODES,
@@ -309,6 +311,66 @@ def test_extract_and_clean():
     assert extract_final_answer("\\boxed{1} \\boxed{2") == "1"  # an unclosed box is skipped
     assert clean_answer("$\\boxed{1\\,000}$.") == "1000"
     assert clean_answer("\\boxed{4} or \\boxed{5}") == "4, 5"
+
+
+# The original regexes of spec 7.6 steps 3.4-3.6, kept here as the reference for the linear scans that replace them.
+_REFERENCE_STEPS = (
+    (r"(.*?)(\$)(.*?)(\$)(.*)", r"$\3$", lambda s: _math._first_dollar_pair(s)),
+    (r"\\text\{(.*?)\}", r"\1", lambda s: _math._unwrap_shortest(s, "\\text{")),
+    (r"\\textbf\{(.*?)\}", r"\1", lambda s: _math._unwrap_shortest(s, "\\textbf{")),
+    (r"\\overline\{(.*?)\}", r"\1", lambda s: _math._unwrap_shortest(s, "\\overline{")),
+    (r"\\boxed\{(.*)\}", r"\1", lambda s: _math._unwrap_boxed(s)),
+)
+
+
+def _reference_normalize(answer: str) -> str:
+    """normalize_answer as first written, with the (quadratic) regexes."""
+    s = answer.split("=")[-1]
+    for old, new in _math._SUBSTITUTIONS:
+        s = s.replace(old, new)
+    for junk in _math._REMOVED:
+        s = s.replace(junk, "")
+    for pattern, repl, _ in _REFERENCE_STEPS:
+        s = re.sub(pattern, repl, s)
+    s = re.sub(r"frac([^{])(.)", r"frac{\1}{\2}", s)
+    s = re.sub(r"sqrt([^{])", r"sqrt{\1}", s)
+    s = s.replace("$", "")
+    if s.replace(",", "").isdigit():
+        s = s.replace(",", "")
+    return s.strip()
+
+
+def test_normalize_steps_equal_the_original_regexes():
+    import random
+
+    rng = random.Random(7)
+    atoms = ["$", "\\text{", "\\textbf{", "\\overline{", "\\boxed{", "}", "{", "\n", "\r", "x", "1", " ", "\\$"]
+    atoms += ["=", "\\frac", "\\sqrt", "a ", ",", "\\text{}", "degrees", "\\"]
+    for _ in range(8000):  # every step rewrites a few thousand of these strings
+        s = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 14)))
+        for pattern, repl, scan in _REFERENCE_STEPS:
+            assert scan(s) == re.sub(pattern, repl, s), (pattern, s)
+        assert normalize_answer(s) == _reference_normalize(s), s
+
+
+LONG_GROUND_TRUTHS = {  # each was quadratic before: 1e5 characters took minutes
+    "digits": "1" * 100_000,
+    "one dollar": "$" + "1" * 100_000,
+    "open text": "\\text{1" * 15_000,
+    "open boxed": "\\boxed{1" * 12_000,
+    "open overline": "\\overline{" * 10_000,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LONG_GROUND_TRUTHS)
+def test_strict_is_linear_in_the_ground_truth(name):
+    gt = LONG_GROUND_TRUTHS[name]
+    assert _reference_normalize(gt[:300]) == normalize_answer(gt[:300])
+    t0 = time.process_time()
+    assert not math_score("Answer: 1", gt, mode="strict")
+    assert math_score("Answer: " + normalize_answer(gt[:250]), gt[:250], mode="strict")
+    assert time.process_time() - t0 < 2.0
 
 
 # ---------- time bound and safety ----------

@@ -35,6 +35,15 @@ class LossFn(Protocol):
     ) -> LossOutput: ...
 
 
+METRIC_LIMIT = 1e30  # loss metrics are reported within +-METRIC_LIMIT (room for float32 sums over micro-batches)
+
+
+def reported(metrics: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Metrics in the loss's `dtype`, saturated at +-METRIC_LIMIT: an estimate that overflows (a KL whose ratio
+    exceeds the float range) reads as +-1e30 instead of inf, so a finite loss never comes with an inf metric."""
+    return {k: v.to(torch.float64).clamp(-METRIC_LIMIT, METRIC_LIMIT).to(dtype) for k, v in metrics.items()}
+
+
 LOSSES: Registry[LossFn] = Registry("loss")
 register_loss = LOSSES.register
 get_loss = LOSSES.get

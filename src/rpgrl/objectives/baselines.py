@@ -33,8 +33,8 @@ from typing import Literal
 
 import torch
 
-from rpgrl.objectives.base import LossOutput, register_loss
-from rpgrl.objectives.kl import grpo_kl_term
+from rpgrl.objectives.base import LossOutput, register_loss, reported
+from rpgrl.objectives.kl import grpo_kl_term, k3
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
@@ -66,7 +66,8 @@ def ppo_loss(
         k3            k3(pi_anchor / pi_theta)               (verl `low_var_kl` unclamped; GRPO as published)
         k3_corrected  w * k3(pi_anchor / pi_theta)           (spec 3.4; unbiased gradient of KL(pi || anchor))
     anchor = `ref_logp` when given, else `old_logp` (the iterative reference of spec 6). `kl_clamp` clamps the KL
-    term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`.
+    term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`;
+    where it binds the gradient is 0, also where the unclamped term overflows. A loss that overflows raises ValueError.
 
     loss = aggregate(per_token, mask, agg, normalizer): pass the global token (token-mean) or sequence count
     (seq-mean-*) as `normalizer` when micro-batching, and the micro-batch losses add up to the full-batch loss.
@@ -77,7 +78,8 @@ def ppo_loss(
     Metrics (detached 0-dim): loss/policy, loss/kl (= beta * aggregated KL term; both use the loss's normaliser,
     so they add up across micro-batches), kl/penalty (aggregated KL term, when `kl` is set), kl/ppo_kl
     (token-mean of old_logp - logp, a k1 estimate of KL(pi_old || pi_theta)), clip/frac_low (A < 0, w <= 1-eps_low),
-    clip/frac_high (A > 0, w >= 1+eps_high), clip/frac_dual (A < 0, w >= c); fractions are local token means.
+    clip/frac_high (A > 0, w >= 1+eps_high), clip/frac_dual (A < 0, w >= c); fractions are local token means. The
+    loss and KL metrics are computed in float64; every metric saturates at +-1e30 (`base.METRIC_LIMIT`), never inf.
     """
     _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
     _check_tensors(logp, old_logp, advantages, mask, ref_logp)
@@ -107,34 +109,57 @@ def ppo_loss(
     kl_loss = zero
     if kl is not None:
         anchor = torch.where(m, (old_logp if ref_logp is None else ref_logp).detach(), zero)
-        if kl == "k1":
-            kl_term = logp - anchor
-        else:
-            kl_term = grpo_kl_term(logp, anchor, old_logp, corrected=kl == "k3_corrected")
-        if kl_clamp is not None:
-            metrics["kl/frac_clamped"] = masked_mean((kl_term.detach().abs() > kl_clamp).to(logp.dtype), m)
-            kl_term = kl_term.clamp(-kl_clamp, kl_clamp)
-        kl_value = aggregate(kl_term, m, agg, normalizer)
+        kl_term, clamped = _kl_term(kl, logp, anchor, old_logp, kl_clamp)
+        if clamped is not None:
+            metrics["kl/frac_clamped"] = masked_mean(clamped.to(logp.dtype), m)
+        kl_value = aggregate(kl_term.detach().to(torch.float64), m, agg, normalizer)  # metric only: no overflow
         kl_loss = beta * kl_value
         per_token = pg + beta * kl_term
-        metrics["kl/penalty"] = kl_value.detach()
+        metrics["kl/penalty"] = kl_value
 
     loss = aggregate(per_token, m, agg, normalizer)
+    if not torch.isfinite(loss):
+        raise ValueError(
+            f"ppo_loss overflowed (loss = {loss.item()}): an advantage or the KL term is too large to represent"
+        )
     fm = m.to(logp.dtype)
     metrics.update(
         {
-            "loss/policy": aggregate(pg, m, agg, normalizer).detach(),
-            "loss/kl": kl_loss.detach(),
+            "loss/policy": aggregate(pg.detach().to(torch.float64), m, agg, normalizer),
+            "loss/kl": kl_loss,
             "kl/ppo_kl": masked_mean(-log_w.detach(), fm),
             "clip/frac_low": masked_mean(low.to(logp.dtype), fm),  # low implies A < 0
             "clip/frac_high": masked_mean((high & (adv > 0)).to(logp.dtype), fm),
             "clip/frac_dual": masked_mean(dual.to(logp.dtype), fm),
         }
     )
-    return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
+    return LossOutput(loss=loss, per_token=per_token, metrics=reported(metrics, logp.dtype))
 
 
 register_loss("ppo")(ppo_loss)
+
+
+def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The per-token KL term (B, T) of `ppo_loss` and, with `kl_clamp`, where the clamp binds (else None).
+
+    Where it binds the value is +-kl_clamp and the gradient 0: the term is evaluated there at logp = anchor, so
+    the backward of an overflowed exp (inf * 0) cannot reach logp as NaN. A term that overflows to NaN (w = inf
+    times k3 = 0) counts as clamped, with its value w * k3 taken in float64 log space."""
+
+    def term(lp: torch.Tensor) -> torch.Tensor:
+        return lp - anchor if kind == "k1" else grpo_kl_term(lp, anchor, old_logp, corrected=kind == "k3_corrected")
+
+    if kl_clamp is None:
+        return term(logp), None
+    with torch.no_grad():
+        raw = term(logp.detach())
+        clamped = ~(raw.abs() <= kl_clamp)  # NaN counts as clamped
+        if bool(raw.isnan().any()):  # only k3_corrected: exp(lw + log k3), never NaN for finite lw
+            f64 = [x.detach().to(torch.float64) for x in (logp, anchor, old_logp)]
+            exact = torch.exp(f64[0] - f64[2] + torch.log(k3(f64[1] - f64[0]))).to(raw.dtype)
+            raw = torch.where(raw.isnan(), exact, raw)
+        fill = raw.clamp(-kl_clamp, kl_clamp)
+    return torch.where(clamped, fill, term(torch.where(clamped, anchor, logp))), clamped
 
 
 @register_loss("grpo")

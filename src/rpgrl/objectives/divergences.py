@@ -93,6 +93,16 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
 def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | None = None) -> torch.Tensor:
     """rho * phi(u): the per-sample divergence term of the differentiable surrogate; its mean under the sampler is D.
 
-    `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1)."""
-    val = phi(divergence, log_u)
-    return val if log_rho is None else torch.exp(log_rho) * val
+    `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1). For reporting: written
+    so that it is never NaN (an overflowing term is +inf, e.g. urkl as u (log u - 1) + 1, not inf - inf)."""
+    _check(divergence)
+    if divergence == "fkl":
+        val = -log_u
+    elif divergence == "ufkl":
+        val = torch.expm1(log_u) - log_u
+    else:
+        u = torch.exp(log_u)
+        val = u * log_u if divergence == "rkl" else u * (log_u - 1) + 1
+    if log_rho is None:
+        return val
+    return torch.where(val == 0, 0.0, torch.exp(log_rho) * val)  # rho = inf times phi(1) = 0 is 0, not NaN

@@ -113,7 +113,8 @@ def kl_penalty(
 
     verl clamps `low_var_kl` to [-10, 10] (`value_clamp=10.0`; the only clamp in the verl 0.2 fork the RPG authors
     ran) and recent verl also clamps -lr to [-20, 20] before the exp (`log_ratio_clamp=20.0`). Both clamps zero the
-    gradient where they bind; they apply to `low_var_kl`/`k3` only (ValueError otherwise).
+    gradient where they bind (0, not NaN, even where exp overflows); they apply to `low_var_kl`/`k3` only
+    (ValueError otherwise).
 
     Shapes: logp, ref_logp: (B, T) -> (B, T).
     """
@@ -134,10 +135,12 @@ def kl_penalty(
     neg_lr = -lr  # log(ref / pi)
     if log_ratio_clamp is not None:
         neg_lr = neg_lr.clamp(-log_ratio_clamp, log_ratio_clamp)
-    out = k3(neg_lr)
-    if value_clamp is not None:
-        out = out.clamp(-value_clamp, value_clamp)
-    return out
+    if value_clamp is None:
+        return k3(neg_lr)
+    with torch.no_grad():  # where the clamp binds, evaluate k3 at 0: an overflowed exp's backward (inf * 0) is NaN
+        raw = k3(neg_lr.detach())  # never NaN: expm1(x) - x is +inf when it overflows
+        clamped = raw.abs() > value_clamp
+    return torch.where(clamped, raw.clamp(-value_clamp, value_clamp), k3(torch.where(clamped, 0.0, neg_lr)))
 
 
 __all__ = ["KL_PENALTY_NAMES", "anchored_kl_term", "grpo_kl_term", "k1", "k2", "k3", "kl_penalty"]

@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 
 from rpgrl.objectives import divergences as dv
-from rpgrl.objectives.base import LossOutput, register_loss
+from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.reduce import AGG_MODES, check_normalizer
 
 STYLES = ("differentiable", "reinforce")
@@ -91,7 +91,8 @@ def rpg_loss(
 
     Guards (off by default, each counted in a metric):
       `kl_value_clamp=K`: clamp the separate KL term beta-less value rho phi(u) to [-K, K] (the authors' +-10; zero
-        gradient outside). Only where the KL is a separate term (differentiable, clip=None or kl_in_clip=False).
+        gradient outside, also where phi(u) itself overflows). Only where the KL is a separate term (differentiable,
+        clip=None or kl_in_clip=False).
       `max_log_w=M`: clamp log w (per unit) to <= M before anything else (zero gradient above).
     Without guards, an overflowing loss (e.g. unclipped w = exp(5000) at sequence level) raises ValueError instead
     of returning inf/NaN.
@@ -115,6 +116,9 @@ def rpg_loss(
     kl/k1_old (token mean of old_logp - logp), kl/grad_share (the KL part's share of the per-unit gradient weight,
     sum|C| / (sum|w A| + sum|C|) before clipping), log_w/max, log_w/min, log_w/abs_mean (over units), clip/frac_low,
     clip/frac_high, clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp.
+    The KL and loss metrics are computed in float64 and every metric saturates at +-1e30 (`base.METRIC_LIMIT`): a
+    finite loss never comes with an inf or NaN metric, and 1e30 means the estimate overflowed (e.g. kl/k3_anchor
+    with pi_a/pi_theta > e^88 in float32).
     """
     _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c)
     _check_guards(kl_value_clamp, max_log_w)
@@ -191,26 +195,19 @@ def rpg_loss(
 
     if not torch.isfinite(loss):
         raise ValueError(
-            f"rpg_loss overflowed (loss = {loss.item()}, max log w per {level} = {log_w.max().item():.6g}): the ratio "
-            "is too large to represent; use clip='dual', smaller steps, or max_log_w"
+            f"rpg_loss overflowed (loss = {loss.item()}, log w per {level} in [{log_w.min().item():.6g}, "
+            f"{log_w.max().item():.6g}]): a ratio is too extreme to represent; use clip='dual', smaller steps or "
+            "max_log_w"
         )
-    with torch.no_grad():
-        if kl_unit is None:
-            kl_unit = dv.regularizer(divergence, log_u.detach(), log_rho)
-        kl_rows = kl_unit.detach() if level == "sequence" else kl_unit.detach().sum(-1)  # (B,)
-        kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else torch.zeros_like(loss)
-        metrics[f"kl/{divergence}"] = kl_rows.mean()
-        lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
-        lu_total = lw_total if rho_total is None else lw_total - rho_total
-        metrics["kl/k3_anchor"] = (torch.expm1(-lu_tok).sum() + lu_total) / n_tok  # k3 = expm1(-lu) + lu, 0 at pad
-        metrics["kl/k1_old"] = -lw_total / n_tok
-        log_w_raw = log_w_tok.detach() if level == "token" else log_w_tok.detach().sum(-1)  # before max_log_w
+    clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
+    metrics |= _kl_and_loss_metrics(
+        loss, clamped_kl, log_u, log_rho, log_w_tok, log_rho_tok, mask_b, divergence, beta, level, agg, normalizer
+    )
+    with torch.no_grad():  # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
+        log_w_raw = log_w_tok.detach() if level == "token" else log_w_tok.detach().sum(-1)
         metrics["log_w/abs_mean"] = log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel())
         metrics["kl/grad_share"] = _kl_grad_share(divergence, beta, log_w_raw, log_rho, adv, unit_mask)
-        metrics["loss/total"] = loss.detach()
-        metrics["loss/kl"] = kl_loss.detach()
-        metrics["loss/policy"] = loss.detach() - kl_loss
-    return LossOutput(loss=loss, per_token=per_token, metrics=metrics)
+    return LossOutput(loss=loss, per_token=per_token, metrics=reported(metrics, logp.dtype))
 
 
 def _kl_grad_share(divergence, beta, log_w, log_rho, adv, unit_mask) -> torch.Tensor:
@@ -262,15 +259,15 @@ def _differentiable(
     (loss_unit, kl_unit) with kl_unit = rho phi(u) when it is a separate term, else None. Shapes: units."""
     w = torch.exp(log_w) if clip is None else None
     kl_unit = None
-    if sep_kl:
+    if sep_kl and kl_value_clamp is not None:
+        kl_unit, clamped = _clamped_kl(divergence, log_u, log_rho, kl_value_clamp)
+        with torch.no_grad():
+            metrics["clip/frac_kl_clamp"] = unit_mean(clamped)
+    elif sep_kl:
         u = w if (w is not None and log_rho is None) else torch.exp(log_u)
         kl_unit = dv.phi(divergence, log_u, u)
         if log_rho is not None:
             kl_unit = torch.exp(log_rho) * kl_unit
-        if kl_value_clamp is not None:
-            with torch.no_grad():
-                metrics["clip/frac_kl_clamp"] = unit_mean(kl_unit.detach().abs() > kl_value_clamp)
-            kl_unit = kl_unit.clamp(-kl_value_clamp, kl_value_clamp)
     add_kl = kl_unit is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
@@ -295,6 +292,21 @@ def _differentiable(
         metrics["clip/frac_low"] = unit_mean(~pos & (lw <= b.log_lo))
         metrics["clip/frac_dual"] = unit_mean(~pos & (lw >= b.log_c))
     return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
+
+
+def _clamped_kl(divergence, log_u, log_rho, k: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(clamp(rho phi(u), -k, k), where the clamp binds), with a zero gradient where it binds. phi is evaluated at
+    u = 1 there, so its backward never meets an overflowed u (inf * 0 = NaN); a term that overflows (NaN for urkl's
+    inf - inf) counts as clamped, at its true sign. Elsewhere value and gradient are those of rho phi(u)."""
+    with torch.no_grad():
+        lu = log_u.detach()
+        raw = dv.phi(divergence, lu) if log_rho is None else torch.exp(log_rho) * dv.phi(divergence, lu)
+        clamped = ~(raw.abs() <= k)  # NaN counts as clamped
+        fill = dv.regularizer(divergence, lu, log_rho).clamp(-k, k)  # never NaN
+    kl = dv.phi(divergence, torch.where(clamped, 0.0, log_u))  # phi(1) = 0 where clamped
+    if log_rho is not None:
+        kl = torch.exp(log_rho) * kl
+    return torch.where(clamped, fill, kl), clamped
 
 
 def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Bounds, branch, unit_mean, metrics):
@@ -333,6 +345,31 @@ def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Boun
     metrics["clip/frac_low"] = unit_mean(~pos & (log_w <= b.log_lo))
     metrics["clip/frac_dual"] = unit_mean(~pos & (log_w >= b.log_c))
     return (w_b * adv).add_(kl_part(log_ub, u_b)).neg_(), active
+
+
+@torch.no_grad()
+def _kl_and_loss_metrics(
+    loss, kl_unit, log_u, log_rho, log_w_tok, log_rho_tok, mask_b, divergence, beta, level, agg, normalizer
+) -> dict[str, torch.Tensor]:
+    """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
+    NaN; `reported` saturates what exceeds the range). `kl_unit`: the loss's clamped KL term, else None (recomputed:
+    an unclamped term may have overflowed where the loss does not use it, beta = 0)."""
+    f64, n_tok = torch.float64, mask_b.sum()
+    if kl_unit is None:
+        kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
+    kl_rows = kl_unit.detach().to(f64)
+    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
+    kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else torch.zeros((), dtype=f64)
+    lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
+    lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
+    return {
+        f"kl/{divergence}": kl_rows.mean(),
+        "kl/k3_anchor": (torch.expm1(-lu_tok) + lu_tok).sum() / n_tok,  # k3 = expm1(-lu) + lu, 0 at padding
+        "kl/k1_old": -log_w_tok.detach().to(f64).sum() / n_tok,
+        "loss/total": loss.detach(),
+        "loss/kl": kl_loss,
+        "loss/policy": loss.detach().to(f64) - kl_loss,
+    }
 
 
 def _aggregate_rows(row: torch.Tensor, mask_b: torch.Tensor, agg: str, normalizer) -> torch.Tensor:

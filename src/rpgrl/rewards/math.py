@@ -53,12 +53,55 @@ _REMOVED = (
     "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3",
     "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots",
 )  # fmt: skip
-# spec 7.6 steps 3.4-3.6. No DOTALL: like the original, `.` stops at a newline, so each line is rewritten alone.
-_FIRST_DOLLAR_PAIR = re.compile(r"(.*?)(\$)(.*?)(\$)(.*)")  # whole line -> "$<first pair's content>$"
-_UNWRAP_SHORTEST = tuple(re.compile(rf"\\{cmd}\{{(.*?)\}}") for cmd in ("text", "textbf", "overline"))
-_UNWRAP_BOXED = re.compile(r"\\boxed\{(.*)\}")  # longest match
+# spec 7.6 steps 3.4-3.6, written as per-line string scans that give exactly what the original regexes give:
+#   re.sub(r"(.*?)(\$)(.*?)(\$)(.*)", r"$\3$", s)   -> _first_dollar_pair
+#   re.sub(r"\\text\{(.*?)\}", r"\1", s)            -> _unwrap_shortest(s, "\\text{")  (also textbf, overline)
+#   re.sub(r"\\boxed\{(.*)\}", r"\1", s)            -> _unwrap_boxed
+# No DOTALL there: `.` stops at a newline, so each line is rewritten alone. The regexes retry from every start
+# position and scan to the line's end each time, which is quadratic in a long ground truth (1e5 digits: minutes);
+# these scans are linear. tests/rewards/test_math.py checks them against the regexes on random strings.
+_UNWRAP_PREFIXES = ("\\text{", "\\textbf{", "\\overline{")
 _FRAC_SHORTHAND = re.compile(r"frac([^{])(.)")  # \frac12 -> \frac{1}{2}
 _SQRT_SHORTHAND = re.compile(r"sqrt([^{])")  # \sqrt3 -> \sqrt{3}
+
+
+def _first_dollar_pair(s: str) -> str:
+    """A line with two or more `$` becomes `$<text between its first two $>$`; other lines are kept."""
+    lines = s.split("\n")
+    for i, line in enumerate(lines):
+        parts = line.split("$", 2)
+        if len(parts) >= 3:
+            lines[i] = f"${parts[1]}$"
+    return "\n".join(lines)
+
+
+def _unwrap_shortest(s: str, prefix: str) -> str:
+    """`prefix...}` -> `...` up to the first `}` on the line, left to right, non-overlapping."""
+    if prefix not in s:
+        return s
+    lines = s.split("\n")
+    for i, line in enumerate(lines):
+        out, pos = [], 0
+        while (start := line.find(prefix, pos)) >= 0:
+            end = line.find("}", start + len(prefix))
+            if end < 0:  # no `}` left on the line: no later prefix can match either
+                break
+            out += (line[pos:start], line[start + len(prefix) : end])
+            pos = end + 1
+        lines[i] = "".join(out) + line[pos:]
+    return "\n".join(lines)
+
+
+def _unwrap_boxed(s: str) -> str:
+    """`\\boxed{...}` -> `...` from the line's first `\\boxed{` to its last `}` (the greedy match)."""
+    if "\\boxed{" not in s:
+        return s
+    lines = s.split("\n")
+    for i, line in enumerate(lines):
+        start, end = line.find("\\boxed{"), line.rfind("}")
+        if 0 <= start and start + 7 <= end:
+            lines[i] = line[:start] + line[start + 7 : end] + line[end + 1 :]
+    return "\n".join(lines)
 
 
 def normalize_answer(answer: str) -> str:
@@ -74,10 +117,10 @@ def normalize_answer(answer: str) -> str:
         s = s.replace(old, new)
     for junk in _REMOVED:
         s = s.replace(junk, "")
-    s = _FIRST_DOLLAR_PAIR.sub(r"$\3$", s)
-    for pattern in _UNWRAP_SHORTEST:
-        s = pattern.sub(r"\1", s)
-    s = _UNWRAP_BOXED.sub(r"\1", s)
+    s = _first_dollar_pair(s)
+    for prefix in _UNWRAP_PREFIXES:
+        s = _unwrap_shortest(s, prefix)
+    s = _unwrap_boxed(s)
     s = _FRAC_SHORTHAND.sub(r"frac{\1}{\2}", s)
     s = _SQRT_SHORTHAND.sub(r"sqrt{\1}", s)
     s = s.replace("$", "")
