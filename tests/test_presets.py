@@ -10,7 +10,7 @@ from rpgrl.config import apply_overrides, check
 from rpgrl.errors import UsageError
 from rpgrl.presets import DIVERGENCES, PRESETS, get_preset, preset_table
 
-PAPER = [name for name in PRESETS if name != "default"]
+PAPER = [name for name in PRESETS if not name.startswith("default")]
 
 
 def test_every_paper_table_row_has_a_preset():
@@ -25,6 +25,10 @@ def test_default_is_valid_and_the_cpu_demo():
     assert cfg.model.path == "tiny" and cfg.data.train == "synthetic"
     assert (cfg.loss.name, cfg.loss.divergence, cfg.loss.style, cfg.loss.clip) == ("rpg", "urkl", "reinforce", "dual")
     assert cfg.ref.mode == "behaviour"
+    assert cfg.mini_batches_per_epoch > 1  # off-policy: w moves away from 1 within each rollout batch
+    on = check(get_preset("default-on-policy"))
+    assert on.mini_batches_per_epoch == 1 and on.train.epochs == 1
+    assert dataclasses.replace(on, train=cfg.train, optim=cfg.optim) == cfg  # differs in the update schedule only
 
 
 @pytest.mark.parametrize("name", PAPER)
@@ -83,7 +87,7 @@ def test_presets_differ_only_where_documented():
 
 
 def test_unknown_preset_lists_names():
-    with pytest.raises(UsageError, match="unknown preset 'grpo2'; valid: default, grpo"):
+    with pytest.raises(UsageError, match="unknown preset 'grpo2'; valid: default, default-on-policy, grpo"):
         get_preset("grpo2")
     assert "rpg-reinforce-urkl" in preset_table()
 

@@ -150,8 +150,10 @@ class LossConfig:
 class OptimConfig:
     name: Literal["adamw", "schedulefree"] = "adamw"
     """AdamW, or schedule-free AdamW (package schedulefree); see trainer/loop.py for its train/eval modes"""
-    lr: float = 1e-4
-    """peak learning rate (the main knob on the tiny default: 3e-4 collapses; the paper: 1e-6)"""
+    lr: float = 3.5e-5
+    """peak learning rate per optimizer step (the paper: 1e-6). Adam's step does not shrink with the mini-batch, so k
+    optimizer steps per rollout batch move the weights about sqrt(k) times as far per batch as one step: the
+    default's 8 steps at 3.5e-5 ~ one step at 1e-4 (on-policy, 2e-4 degrades and 3e-4 collapses on this task)"""
     weight_decay: float = 0.0
     """decoupled weight decay (the paper: 0.1)"""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -215,8 +217,14 @@ class TrainConfig:
     """seeds python, numpy, torch, the data order and the sampler"""
     epochs: int = 1
     """passes over each rollout batch"""
-    mini_batch_prompts: int | None = None
-    """prompts per optimizer step (None = the whole batch, one optimizer step per epoch; the paper: 32)"""
+    mini_batch_prompts: int | None = 4
+    """prompts per optimizer step (None = the whole batch, one optimizer step per epoch). The default's 4 of 32 gives
+    8 optimizer steps per rollout batch (fewer when group_filter drops groups), so w moves away from 1 and the clip
+    and KL act; the paper: 32 of 512, 16 steps"""
+    old_logp: Literal["auto", "sampler", "forward"] = "auto"
+    """off-policy updates: pi_old's log-probs from the sampler ('sampler', no extra pass; equal to a training forward
+    up to float rounding in float32), from a no-grad forward pass before the update ('forward', as verl), or 'auto'
+    (sampler for float32 models, forward otherwise)"""
     micro_batch_size: int = 128
     """sequences per forward/backward pass (memory knob; gradients are accumulated with the global normalizer)"""
     logprob_chunk: int = 1024

@@ -47,8 +47,14 @@ class Preset:
 
 
 # The embedded default: synthetic task, tiny model, short supervised warm start, then RPG-REINFORCE-URKL with
-# RPG-Style Clip. Tuned to finish in under 5 minutes on a 2-core CPU (benchmarks/learn_default.py).
+# RPG-Style Clip, off-policy (several optimizer steps per rollout batch, so w != 1 and the clip and KL act). Tuned to
+# finish in under 5 minutes on a 2-core CPU (benchmarks/learn_default.py).
 DEFAULT = Config()
+# The same, strictly on-policy (one optimizer step per rollout batch: w == 1, clip and KL inactive) at the learning
+# rate that moves the weights about as far per batch (Adam's step does not shrink with the mini-batch).
+DEFAULT_ON_POLICY = replace(
+    DEFAULT, train=replace(DEFAULT.train, mini_batch_prompts=None), optim=replace(DEFAULT.optim, lr=1e-4)
+)
 
 # What every paper preset shares (spec 7.1-7.3).
 _PAPER = Config(
@@ -88,7 +94,12 @@ def _loss(base: Config, **kw) -> Config:
 
 def _build() -> dict[str, Preset]:
     p: dict[str, Preset] = {
-        "default": Preset(DEFAULT, "the embedded CPU demo: synthetic task, tiny model, RPG-REINFORCE-URKL + clip"),
+        "default": Preset(
+            DEFAULT, "the embedded CPU demo: synthetic task, tiny model, off-policy RPG-REINFORCE-URKL + clip"
+        ),
+        "default-on-policy": Preset(
+            DEFAULT_ON_POLICY, "the CPU demo with one update per rollout batch (w == 1: no clip or KL at work)"
+        ),
     }
 
     # --- baselines (spec 5.2-5.4)

@@ -310,3 +310,58 @@ def test_adamw_is_fused_and_steps_like_the_reference():
         ref_opt.step()
     for p, q in zip(ours, ref, strict=True):
         torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
+
+
+def test_off_policy_update_shows_the_regime(tmp_path):
+    """Several optimizer steps per rollout batch: the later mini-batches see w != 1, the dual clip acts, the URKL
+    term is nonzero, and optim/steps counts epochs x mini-batches. Every key that curves.png or the progress bar
+    reads is emitted by an RPG run or a PPO-family run (a renamed metric would silently drop a panel)."""
+    from rpgrl.trainer.log import CLIP_KEYS, PLOT_KEYS
+
+    cfg = tiny(("train.epochs", "2"), ("train.mini_batch_prompts", "1"), ("train.max_steps", "3"),
+               ("eval.every", "1"), ("loss.beta", "0.1"))  # fmt: skip
+    loop.train(cfg, tmp_path / "rpg")
+    rows = read_metrics(tmp_path / "rpg" / "metrics.jsonl")
+    assert all(r["optim/steps"] == 2 * cfg.rollout.prompts_per_step for r in rows)  # group_filter off: 4 groups
+    trained = rows[1:]  # step 1 has lr 0 (warm-up): nothing moves
+    assert all(r["log_w/max"] > 0 > r["log_w/min"] and r["log_w/abs_mean"] > 0 for r in trained)
+    assert all(r["kl/urkl"] > 0 and 0 < r["kl/grad_share"] < 1 for r in trained)
+    assert any(sum(r[k] for k in CLIP_KEYS) > 0 for r in trained)
+    assert rows[0]["log_w/abs_mean"] < 1e-6 and rows[0]["kl/urkl"] < 1e-9  # lr 0: w == 1 up to float rounding
+
+    loop.train(tiny(("loss.name", "grpo"), ("loss.advantage", "grpo"), ("loss.kl", "k3")), tmp_path / "grpo")
+    emitted = {k for run in ("rpg", "grpo") for r in read_metrics(tmp_path / run / "metrics.jsonl") for k in r}
+    wanted = {k for keys in PLOT_KEYS for k in keys} | {"reward/mean", "perf/tokens_per_s"}
+    assert wanted <= emitted, wanted - emitted
+
+
+@pytest.mark.parametrize("style", ["differentiable", "reinforce"])
+def test_off_policy_old_logp_from_the_sampler_equals_a_forward_pass(tmp_path, monkeypatch, style):
+    """Off-policy, pi_old's log-probs can be the sampler's own (no no-grad pass at all) or a separate forward pass:
+    in float32 the two agree to float rounding, so the runs agree to rounding too."""
+    import rpgrl.rollout
+
+    calls = {True: 0, False: 0}
+    real = rpgrl.rollout.token_logprobs
+
+    def counted(*args, **kwargs):
+        calls[torch.is_grad_enabled()] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
+    runs = {}
+    for source in ("sampler", "forward"):
+        cfg = tiny(("train.old_logp", source), ("train.max_steps", "2"), ("loss.style", style))
+        assert loop.old_logp_source(cfg, 2, type("B", (), {"sampler_logp": torch.zeros(1)})) == source
+        calls.update({True: 0, False: 0})
+        loop.train(cfg, tmp_path / source)
+        runs[source] = (dict(calls), _strip_perf(read_metrics(tmp_path / source / "metrics.jsonl")))
+    (c_s, rows_s), (c_f, rows_f) = runs["sampler"], runs["forward"]
+    assert c_s[False] == 0 and c_f[False] > 0 and c_s[True] == c_f[True]  # no old-logp pass with the sampler's
+    assert [r.keys() for r in rows_s] == [r.keys() for r in rows_f]
+    for a, b in zip(rows_s, rows_f, strict=True):
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-5), k
+    assert rows_s[0]["log_w/abs_mean"] < 1e-5  # step 1 (lr 0): the sampler's log-probs are the forward's
+    auto = tiny(("model.dtype", "bfloat16"))
+    assert loop.old_logp_source(auto, 2, type("B", (), {"sampler_logp": torch.zeros(1)})) == "forward"

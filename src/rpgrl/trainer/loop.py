@@ -2,7 +2,8 @@
 
 Per training step: sample G responses per prompt; score them with the reward registry (optionally add DAPO's
 overlong penalty and filter groups whose responses are all right or all wrong); advantages from the ADVANTAGES
-registry; old log-probs computed once and stored (a strictly on-policy update takes them from its own forward);
+registry; old log-probs fixed for the update (the sampler's own, a no-grad pass, or, strictly on-policy, the
+update's own forward);
 mini-batch epochs with the loss from the LOSSES registry (the global token or sequence count of the mini-batch is the
 normalizer of every micro-batch); log; maybe refresh the KL anchor; maybe evaluate; maybe checkpoint. The math is
 imported; nothing here differentiates anything by hand.
@@ -156,15 +157,20 @@ def train(
             adv_tok = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv
             row.update({"adv/mean": _masked_mean(adv_tok, mask), "adv/abs_mean": _masked_mean(adv_tok.abs(), mask)})
 
-            # --- Old log-probs, computed once per batch and stored (and the anchor's, if it is a separate model).
-            # A strictly on-policy update (one epoch, one mini-batch: every micro-batch sees the weights that
-            # sampled it) takes them from its own forward instead, detached: pi_old is pi_theta there, so w == 1
-            # exactly and one forward pass per step is saved (TRL does the same).
+            # --- Old log-probs (and the anchor's, if it is a separate model), fixed for the whole update. A strictly
+            # on-policy update (one epoch, one mini-batch: every micro-batch sees the weights that sampled it) takes
+            # them from its own forward, detached: pi_old is pi_theta there, so w == 1 exactly (TRL does the same).
+            # Off-policy they are the sampler's own log-probs ('sampler') or a separate no-grad pass ('forward').
             mbs = minibatches(batch.group, cfg.train.mini_batch_prompts)
-            reuse = on_policy(cfg, len(mbs))
+            source = old_logp_source(cfg, len(mbs), batch)
+            reuse = source == "own"
             t = time.perf_counter()
             with torch.no_grad():
-                old_logp, entropy = (None, None) if reuse else _batched_logprobs(model, batch, cfg, with_entropy=True)
+                old_logp, entropy = None, None
+                if source == "forward":
+                    old_logp, entropy = _batched_logprobs(model, batch, cfg, with_entropy=True)
+                elif source == "sampler":
+                    old_logp = batch.sampler_logp
                 anchor_logp = _batched_logprobs(anchor.model, batch, cfg)[0] if anchor.separate else None
             timing["old_logp"] = time.perf_counter() - t
 
@@ -180,7 +186,9 @@ def train(
             t = time.perf_counter()
             step_metrics, opt_steps = [], 0
             own_logp, own_entropy = [], []  # with `reuse`: the update's own detached log-probs and entropies
-            for _ in range(cfg.train.epochs):
+            if entropy is None and not reuse:  # 'sampler': entropies from the first epoch's forwards
+                entropy = torch.zeros_like(old_logp)
+            for epoch in range(cfg.train.epochs):
                 for rows in mbs:
                     normalizer = (mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))) * dropped
                     opt.zero_grad(set_to_none=True)
@@ -192,11 +200,13 @@ def train(
                             mb,
                             temperature=cfg.rollout.temperature,
                             chunk_size=cfg.train.logprob_chunk,
-                            with_entropy=reuse,
+                            with_entropy=reuse or (source == "sampler" and epoch == 0),
                         )
                         if reuse:
                             own_logp.append(logp.detach())
                             own_entropy.append(ent.detach())
+                        elif source == "sampler" and epoch == 0:  # each row once per epoch (mini-batches partition)
+                            entropy[mrows] = ent.detach()
                         old = own_logp[-1] if reuse else old_logp[mrows]
                         a_lp = None if anchor_logp is None else anchor_logp[mrows]
                         out_ = loss_fn(
@@ -650,6 +660,19 @@ def on_policy(cfg: Config, n_minibatches: int) -> bool:
     """Whether the update is strictly on-policy: one epoch of one mini-batch, so no optimizer step happens between
     sampling and any micro-batch's loss and the old log-probs are the update's own forward, detached."""
     return cfg.train.epochs == 1 and n_minibatches == 1
+
+
+def old_logp_source(cfg: Config, n_minibatches: int, batch) -> str:
+    """Where pi_old's log-probs come from: 'own' (on-policy: the update's own forward, detached), 'sampler' (the
+    log-probs the sampler drew the tokens with; no extra pass) or 'forward' (a no-grad pass before the update).
+    `train.old_logp="auto"` takes the sampler's for float32 models, where its cached decode agrees with the training
+    forward to float rounding, and a forward pass otherwise (in bfloat16 the two paths differ by more)."""
+    if on_policy(cfg, n_minibatches):
+        return "own"
+    choice = cfg.train.old_logp
+    if choice == "auto":
+        choice = "sampler" if cfg.model.dtype == "float32" else "forward"
+    return "sampler" if choice == "sampler" and batch.sampler_logp is not None else "forward"
 
 
 def _batched_logprobs(model, batch, cfg: Config, with_entropy: bool = False):
