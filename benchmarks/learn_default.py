@@ -130,8 +130,31 @@ def main() -> int:
             result = _result(runs, command, versions, complete=len(runs) == len(args.seeds))
             args.results.parent.mkdir(parents=True, exist_ok=True)
             args.results.write_text(json.dumps(result, indent=2) + "\n")  # after every seed: nothing is lost
+            args.results.with_suffix(".md").write_text(markdown(result))
     print(f"{result['seeds_passing']}/{len(runs)} seeds pass; results in {args.results}")
     return 0 if result["pass"] else 1
+
+
+def markdown(result: dict) -> str:
+    """The per-seed table (generated from the results, for the README)."""
+    lines = [
+        f"`{result['command'].strip()}`: {result['criterion']}; {result['seeds_passing']} of {len(result['runs'])} "
+        f"seeds pass, mean gain {result['mean_gain_points']:+.1f} points ({result['hardware']['cpu']}, "
+        f"commit {result['versions']['commit'][:7]}).",
+        "",
+        "| seed | greedy before RL | after RL | gain | wall time | optimizer steps per batch | steps with clip active "
+        "| clipped tokens | max abs log w | KL share of gradient |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["runs"]:
+        share = r.get("kl_grad_share_mean")
+        lines.append(
+            f"| {r['seed']} | {100 * r['start_accuracy']:.1f}% | {100 * r['end_accuracy']:.1f}% | "
+            f"{r['gain_points']:+.1f} | {r['wall_seconds']:.0f} s | {r.get('optimizer_steps_per_batch') or 1:.1f} | "
+            f"{100 * r['clip_active_steps']:.0f}% | {100 * r['clip_token_frac_mean']:.2f}% | "
+            f"{r['max_abs_log_w']:.2f} | {'-' if share is None else f'{share:.1e}'} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _finished_runs(path: Path, command: str, commit: str) -> dict[int, dict]:
