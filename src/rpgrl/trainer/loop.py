@@ -419,12 +419,12 @@ def encode_prompt(tokenizer, prompt: Any, *, chat: bool, max_length: int) -> lis
     tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS).
     Left-truncated to `max_length` as verl does."""
     from rpgrl.data import prompt_text
-    from rpgrl.evaluation import encode_messages
+    from rpgrl.evaluation import encode_messages, encode_text
 
     if chat and getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         return encode_messages(tokenizer, messages, max_length=max_length)
-    return list(tokenizer(prompt_text(prompt))["input_ids"])[-max_length:]
+    return encode_text(tokenizer, prompt_text(prompt))[-max_length:]
 
 
 def load_task(cfg: Config, tokenizer) -> Task:
