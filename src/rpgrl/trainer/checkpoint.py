@@ -15,8 +15,8 @@ Resuming (`load_newest`) tries the checkpoint `latest` names, then the other com
 and takes the first whose `state.pt` loads: a corrupt newest checkpoint (bit rot, a disk that lied about fsync)
 costs the steps since the one before it, not the run. Pruning renames a directory to `.del-step-*` before deleting
 it, so a kill mid-delete leaves nothing that looks like a checkpoint; the next save removes `.tmp-*` and `.del-*`
-leftovers, `step-*` directories without both files, and checkpoints newer than the step it saves (those belong to
-the timeline a resume abandoned: it cut the metrics back to an older step).
+leftovers (as does a resume), `step-*` directories without both files, and checkpoints newer than the step it saves
+(those belong to the timeline a resume abandoned: it cut the metrics back to an older step).
 
 `crash_point(name)` marks the moments a kill is most harmful; the kill-and-resume test sets `RPGRL_CRASH_AT` to
 make the process SIGKILL itself there.
@@ -75,7 +75,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int 
     """Write `state` (anything `torch.save` takes) as the checkpoint of `step`; keep the newest `keep`."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(ckpt_dir)
+    remove_leftovers(ckpt_dir)
     name = checkpoint_name(step)
     tmp, final = ckpt_dir / f".tmp-{name}", ckpt_dir / name
     tmp.mkdir()
@@ -106,8 +106,11 @@ def _delete(d: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _remove_leftovers(ckpt_dir: Path) -> None:
-    """Crashed writes (`.tmp-*`), interrupted deletes (`.del-*`) and `step-*` directories missing a file."""
+def remove_leftovers(ckpt_dir: Path) -> None:
+    """Remove crashed writes (`.tmp-*`), interrupted deletes (`.del-*`) and `step-*` directories missing a file."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return
     for d in ckpt_dir.iterdir():
         complete = (d / "meta.json").is_file() and (d / "state.pt").is_file()
         if d.name.startswith((".tmp-", ".del-")) or (d.name.startswith(_PREFIX) and not complete):

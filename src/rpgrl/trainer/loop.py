@@ -41,6 +41,7 @@ from rpgrl.errors import UsageError
 from rpgrl.trainer.checkpoint import (
     crash_point,
     load_newest,
+    remove_leftovers,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -122,6 +123,7 @@ def train(
 
     # --- Run directory: resolved config; metrics and evaluations cut back to the checkpoint
     out.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
     truncate_metrics(out / "metrics.jsonl", start_step)
     truncate_metrics(out / "eval.jsonl", start_step, keep=lambda r: not r.get("final"))
@@ -141,6 +143,9 @@ def train(
         if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
             _save(out, 0, model, opt, anchor, stream, generator, state, cfg)
 
+    if stop is not None and stop.received is not None:  # signalled during the warm start or the first evaluation
+        _save(out, start_step, model, opt, anchor, stream, generator, state, cfg)
+        raise Interrupted(stop.received, start_step, out)
     metrics_file = MetricsFile(out / "metrics.jsonl")
     progress = Progress(cfg.train.max_steps, start_step, cfg.train.progress)
     rl_begin = last_save = time.perf_counter()

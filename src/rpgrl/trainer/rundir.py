@@ -92,6 +92,8 @@ class StopSignals:
     def _handle(self, signum: int, frame) -> None:
         if self.received is None:
             self.received = signum
+            name = signal.Signals(signum).name
+            os.write(2, f"rpgrl train: {name}: stopping after this step's checkpoint (again to stop now)\n".encode())
             return
         previous = self._previous.get(signum, signal.SIG_DFL)
         self._restore()  # the second signal: as if no handler had been installed
