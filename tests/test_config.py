@@ -114,7 +114,7 @@ def test_derived_values_are_properties():
     [
         ([("loss.c", "1.0")], "loss.c must be > 1"),
         ([("train.mini_batch_prompts", "5")], "train.mini_batch_prompts must divide rollout.prompts_per_step"),
-        ([("rollout.group_size", "0")], "rollout.group_size must be >= 1"),
+        ([("rollout.group_size", "0")], "rollout.group_size must be >= "),
         ([("rollout.top_p", "0")], "rollout.top_p must be in (0, 1]"),
         ([("model.path", "none")], "model.path is not set"),
         ([("data.train", "none")], "data.train is not set"),
@@ -130,3 +130,31 @@ def test_check_rejects_unusable_values(overrides, needle):
 
 def test_default_passes_check():
     assert check(Config()) == Config()
+
+
+def _float_keys():
+    cfg = Config()
+    for sec in SECTIONS:
+        for f in dataclasses.fields(getattr(cfg, sec)):
+            value = getattr(getattr(cfg, sec), f.name)
+            if isinstance(value, float) or (isinstance(value, tuple) and isinstance(value[0], float)):
+                yield f"{sec}.{f.name}", value
+
+
+@pytest.mark.parametrize("bad", ["inf", "-inf", "nan"])
+def test_check_rejects_non_finite_floats_in_every_field(bad):
+    keys = list(_float_keys())
+    named = {"optim.lr", "loss.c", "loss.eps_high", "rollout.temperature", "ref.kappa", "optim.betas"}
+    assert named <= dict(keys).keys()
+    for key, value in keys:
+        text = f"{value[0]},{bad}" if isinstance(value, tuple) else bad
+        with pytest.raises(UsageError, match=f"^{key} must be a finite number"):
+            check(apply_overrides(Config(), [(key, text)]))
+
+
+def test_group_of_one_is_refused_unless_a_batch_baseline_can_use_it():
+    for filt in ("drop", "fill", "off"):
+        with pytest.raises(UsageError, match="rollout.group_size must be >= 2"):
+            check(apply_overrides(Config(), [("rollout.group_size", "1"), ("rollout.group_filter", filt)]))
+    ok = [("rollout.group_size", "1"), ("rollout.group_filter", "off"), ("loss.advantage", "reinforce_pp")]
+    check(apply_overrides(Config(), ok))  # REINFORCE++ whitens over the batch: G = 1 is a real algorithm

@@ -178,3 +178,17 @@ def test_benchmark_copies_must_agree(tmp_path):
     rows[3]["reward_model"] = {"ground_truth": "999", "style": "x"}
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "b.parquet")
     one_line_error(load_benchmark, tmp_path / "b.parquet", match=r"rows 1, 3\.\.\. are one problem with different")
+
+
+def test_non_utf8_and_unreadable_files(tmp_path, monkeypatch):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "ok", "answer": "1"}\n{"prompt": "caf\xe9", "answer": "2"}\n')
+    one_line_error(load_examples, path, match=r"latin1.jsonl: line 2: not UTF-8 text \(byte 0xe9\)")
+    one_line_error(load_benchmark, path, match="line 2: not UTF-8")
+    good = write_jsonl(tmp_path / "good.jsonl", [{"prompt": "ok", "answer": "1"}])
+
+    def denied(self):  # chmod 000 does not stop root, so refuse the read the way the OS would
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    one_line_error(load_examples, good, match="cannot read data file .*good.jsonl: Permission denied")

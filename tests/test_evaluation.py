@@ -276,3 +276,41 @@ def test_rpgrl_eval_cli_checks_names_and_out_before_loading_the_model(tmp_path, 
     assert main(["eval", "--model", model, "--data", amc, "--out", str(tmp_path / "file")]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot create the --out folder" in err and "\n" not in err
+
+
+def test_rpgrl_eval_on_a_saved_char_tokenizer_model(tmp_path, capsys):
+    """The run directory's `model/` of the embedded demo (character tokenizer) evaluates; a prompt it cannot
+    spell is one line."""
+    from rpgrl.cli import main
+    from rpgrl.models import build_char_tokenizer, build_tiny_model
+    from rpgrl.rewards.synthetic import CHARS
+
+    tok = build_char_tokenizer(CHARS)
+    build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    data = tmp_path / "synthetic.jsonl"
+    data.write_text(json.dumps({"prompt": "Q:123+456\n", "answer": "579"}) + "\n")
+    argv = ["eval", "--model", str(tmp_path / "model"), "--k", "2", "--max-new-tokens", "4", "--mode", "strict"]
+    assert main([*argv, "--data", str(data)]) == 0
+    assert "synthetic" in capsys.readouterr().out
+    data.write_text(json.dumps({"prompt": "What is 1+1?", "answer": "2"}) + "\n")
+    assert main([*argv, "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot encode the prompt 'What is 1+1?'" in err and "'Whati?'" in err
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        ([], "the following arguments are required: --model, --data"),
+        (["--model", "m", "--data", "x.jsonl", "--k", "many"], "argument --k: invalid int value: 'many'"),
+        (["--model", "m", "--data", "x.jsonl", "--mode", "loose"], "argument --mode: invalid choice: 'loose'"),
+        (["--model", "m", "--data", "x.jsonl", "--seeed", "1"], "unrecognized arguments: --seeed 1"),
+    ],
+)
+def test_rpgrl_eval_argparse_errors_are_one_line(argv, match, capsys):
+    from rpgrl.cli import main
+
+    assert main(["eval", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and match in captured.err and captured.out == ""

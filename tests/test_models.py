@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -111,3 +113,49 @@ def test_load_model_errors_name_the_path(tmp_path):
     build_tiny_model(build_byte_tokenizer(), hidden=32, layers=1, heads=4, kv_heads=2, ffn=64).save_pretrained(tmp_path)
     with pytest.raises(UsageError, match="tokenizer"):
         load_model(tmp_path)
+
+
+@pytest.fixture
+def saved_model(tmp_path):
+    tok = build_byte_tokenizer()
+    build_tiny_model(tok, hidden=32, layers=1, heads=4, kv_heads=2, ffn=64).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def _break_tokenizer_config(d):
+    (d / "tokenizer_config.json").write_text("{broken")
+
+
+def _truncate_weights(d):
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+def _unknown_model_type(d):
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | {"model_type": "nosuchmodel"}))
+
+
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (_break_tokenizer_config, "cannot load the tokenizer of .*tokenizer_config.json is not a JSON object"),
+        (_truncate_weights, "cannot load the model in .*deserializing header"),
+        (_unknown_model_type, "cannot load the model in .*model type `nosuchmodel`"),
+    ],
+    ids=["tokenizer-config", "truncated-weights", "model-type"],
+)
+def test_broken_model_folders_are_one_line(saved_model, damage, match):
+    damage(saved_model)
+    with pytest.raises(UsageError, match=match) as info:
+        load_model(saved_model)
+    assert "\n" not in str(info.value)
+
+
+def test_char_tokenizer_has_a_chat_template_only_if_it_can_spell_it():
+    assert build_char_tokenizer(CHARS).chat_template is None  # the synthetic alphabet has no '<', '|', ...
+    full = build_char_tokenizer(CHARS + "<|>uait")
+    assert full.chat_template is not None
+    ids = full.apply_chat_template([{"role": "user", "content": "1+2"}], add_generation_prompt=True)
+    assert full.decode(ids if isinstance(ids, list) else ids["input_ids"]) == "<|user|>\n1+2\n<|assistant|>\n"

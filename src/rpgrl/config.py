@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import math
 import textwrap
 import types
 import typing
@@ -230,8 +231,10 @@ class TrainConfig:
     logprob_chunk: int = 1024
     """response positions per output-head chunk when computing log-probs (memory knob: at most this many x
     vocabulary float32 logits exist at once)"""
-    checkpoint_every: int = 50
-    """write a checkpoint every this many steps (and at the end)"""
+    checkpoint_every: int = 20
+    """write a checkpoint every this many steps (and at the end, and on SIGTERM/SIGINT)"""
+    checkpoint_minutes: float = 10.0
+    """also write one when this many minutes have passed since the last (bounds the work a crash loses; 0 = off)"""
     keep_checkpoints: int = 2
     """how many recent checkpoints to keep"""
     collapse_patience: int = 15
@@ -476,6 +479,11 @@ def check(cfg: Config) -> Config:
         if not ok:
             raise UsageError(f"{key} {what}")
 
+    for sec in SECTIONS:  # inf and nan pass every range check below (nan compares False, inf > 0)
+        for name, v in dataclasses.asdict(getattr(cfg, sec)).items():
+            floats = [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, float)]
+            need(all(math.isfinite(x) for x in floats), f"{sec}.{name}", f"must be a finite number, got {_show(v)}")
+
     m, d, r, lo, o, rf, s, e, t = (cfg.model, cfg.data, cfg.rollout, cfg.loss, cfg.optim, cfg.ref, cfg.sft,
                                    cfg.eval, cfg.train)  # fmt: skip
     need(m.path is not None, "model.path", "is not set: pass --model.path DIR (a Hugging Face causal-LM folder)")
@@ -499,6 +507,11 @@ def check(cfg: Config) -> Config:
         need(v >= 0, key, f"must be >= 0, got {v}")
     need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
     need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
+    # one response per prompt: always all right or all wrong (filtered out), and no group baseline
+    g1_ok = r.group_filter == "off" and lo.advantage.startswith("reinforce_pp")  # a batch baseline can use G = 1
+    need(r.group_size >= 2 or g1_ok, "rollout.group_size", "must be >= 2: a group of one response has no baseline "
+         "and the group filter drops it (only reinforce_pp advantages with group_filter off can use 1)")  # fmt: skip
+    need(t.checkpoint_minutes >= 0, "train.checkpoint_minutes", f"must be >= 0 (0 = off), got {t.checkpoint_minutes}")
     need(r.temperature > 0, "rollout.temperature", f"must be > 0, got {r.temperature}")
     need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
     need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")

@@ -115,18 +115,25 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
             raise UsageError(f"{p}: not a readable parquet file ({str(e).splitlines()[0]})") from None
         return rows, "row"
     if suffix in (".jsonl", ".json", ".ndjson"):
+        try:
+            lines = p.read_bytes().split(b"\n")
+        except OSError as e:  # e.g. no read permission
+            raise UsageError(f"cannot read data file {p}: {e.strerror}") from None
         rows = []
-        with p.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UsageError(f"{p}: line {lineno}: invalid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise UsageError(f"{p}: line {lineno}: expected a JSON object, got {type(row).__name__}")
-                rows.append({**row, "__line__": lineno})
+        for lineno, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UsageError(f"{p}: line {lineno}: not UTF-8 text (byte {raw[e.start]:#04x})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UsageError(f"{p}: line {lineno}: invalid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"{p}: line {lineno}: expected a JSON object, got {type(row).__name__}")
+            rows.append({**row, "__line__": lineno})
         return rows, "line"
     raise UsageError(f"{p}: unsupported data file type {suffix!r} (use .parquet or .jsonl)")
 

@@ -109,10 +109,29 @@ def encode_messages(tokenizer, messages: Messages, *, max_length: int | None = N
     the raw content with the tokenizer's own special tokens. Left-truncated to `max_length` as verl does."""
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = encode_text(tokenizer, text, add_special_tokens=False)
     else:
-        ids = tokenizer(prompt_text(messages))["input_ids"]
-    return list(ids)[-max_length:] if max_length else list(ids)
+        ids = encode_text(tokenizer, prompt_text(messages))
+    return ids[-max_length:] if max_length else ids
+
+
+def encode_text(tokenizer, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    """`tokenizer(text)["input_ids"]`; a text the tokenizer cannot encode (a character outside the alphabet of
+    `rpgrl.models.build_char_tokenizer`) is a `UsageError` quoting the text."""
+    try:
+        return list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+    except Exception as e:  # the `tokenizers` library raises plain Exception
+        bad = [c for c in dict.fromkeys(text) if not _encodes(tokenizer, c)]
+        what = f"characters outside its vocabulary: {''.join(bad[:10])!r}" if bad else str(e).strip()
+        raise UsageError(f"the model's tokenizer cannot encode the prompt {text[:60]!r} ({what})") from None
+
+
+def _encodes(tokenizer, text: str) -> bool:
+    try:
+        tokenizer(text, add_special_tokens=False)
+    except Exception:
+        return False
+    return True
 
 
 def model_sampler(
@@ -301,8 +320,15 @@ class EvalTracker:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit code 2 from `rpgrl`) instead of printing usage and exiting."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see rpgrl eval --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rpgrl eval", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="rpgrl eval", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="local Hugging Face model folder")
     p.add_argument("--data", required=True, nargs="+", help="evaluation parquet/JSONL files, one benchmark each")
     p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")
@@ -342,8 +368,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as e:
             raise UsageError(f"cannot create the --out folder {out}: {e.strerror}") from None
 
-    from rpgrl.models import load_model
+    from rpgrl.models import load_model, load_tokenizer
 
+    tokenizer = load_tokenizer(args.model)  # every prompt must encode before the weights are loaded
+    for bench in benches:
+        for problem in bench.problems:
+            encode_messages(tokenizer, problem.prompt)
     model, tokenizer = load_model(args.model)
     sampler = model_sampler(
         model,

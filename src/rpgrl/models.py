@@ -3,12 +3,14 @@
 - `build_char_tokenizer(chars)`: one token per character of a fixed alphabet (the embedded synthetic task).
 - `build_byte_tokenizer()`: byte-level, so any UTF-8 text round-trips (tests, `rpgrl eval` with a tiny model).
 - `build_tiny_model(tokenizer, ...)`: a randomly initialised Qwen2/Qwen3 causal LM in float32.
-- `load_model(path)`: a model and tokenizer from a local Hugging Face folder.
+- `load_model(path)`: a model and tokenizer from a local Hugging Face folder (`load_tokenizer`: only the latter).
 
 Both tokenizers are `transformers.PreTrainedTokenizerFast` objects backed by the `tokenizers` library, with
 `<pad>`, `<eos>` and `<bos>` special tokens; encoding with special tokens prepends `<bos>` (a fixed first token
-for every prompt). They carry a minimal chat template, so code written for a real chat model (render the
-`[{"role": "user", ...}]` message with `apply_chat_template`) runs unchanged on them. They save and load with
+for every prompt). The byte tokenizer carries a minimal chat template, so code written for a real chat model (render
+the `[{"role": "user", ...}]` message with `apply_chat_template`) runs unchanged on it; the character tokenizer
+carries one only when its alphabet can spell the template (otherwise every rendered prompt would fail to encode, and
+prompts are encoded as plain text with `<bos>`). They save and load with
 `save_pretrained` and load back with `load_model` (not `AutoTokenizer`: transformers 5 swaps in the Qwen2
 tokenizer class for a Qwen2 folder, which re-splits text differently).
 """
@@ -34,14 +36,19 @@ CHAT_TEMPLATE = (
 )
 
 
-def _wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
+# Every character CHAT_TEMPLATE writes for a user turn and the generation prompt.
+_TEMPLATE_CHARS = frozenset("<|>\nuserassistant")
+
+
+def _wrap(tok: Tokenizer, *, chat_template: bool = True) -> PreTrainedTokenizerFast:
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
     )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, padding_side="left"
     )
-    fast.chat_template = CHAT_TEMPLATE
+    if chat_template:
+        fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
@@ -49,7 +56,8 @@ def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
     """One token per character of `chars` (ids 3, 4, ... in order), after `<pad>`=0, `<eos>`=1, `<bos>`=2.
 
     A character outside `chars` raises on encoding (there is no unknown token: the synthetic task never needs one,
-    and a silent `<unk>` would hide a bug).
+    and a silent `<unk>` would hide a bug). No chat template unless `chars` holds every character of
+    CHAT_TEMPLATE's markers (the synthetic alphabet does not).
 
     >>> tok = build_char_tokenizer("0123456789+")
     >>> tok("1+2", add_special_tokens=False)["input_ids"]
@@ -65,7 +73,7 @@ def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character alone
     tok.decoder = decoders.Fuse()  # concatenate, no spaces between tokens
     tok.add_special_tokens(list(SPECIAL_TOKENS))
-    return _wrap(tok)
+    return _wrap(tok, chat_template=_TEMPLATE_CHARS <= set(chars))
 
 
 def build_byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -146,9 +154,26 @@ def build_tiny_model(
 def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """(model, tokenizer) from a local Hugging Face folder (`config.json`, weights, tokenizer files), in eval mode.
 
-    `dtype=None` keeps the dtype stored in the checkpoint. A missing folder or file raises `UsageError`.
+    `dtype=None` keeps the dtype stored in the checkpoint. A missing folder or file, or one that does not parse
+    (broken JSON, truncated weights, a `model_type` this transformers does not know), raises `UsageError`; the
+    tokenizer is read first, as it is cheap.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    tokenizer = load_tokenizer(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto" if dtype is None else dtype)
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # missing/corrupt files, unknown type
+        raise UsageError(f"cannot load the model in {path}: {_first_line(e)}") from None
+    return model.eval(), tokenizer
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer of a local Hugging Face model folder (cheap: callers check prompts before loading weights).
+    A missing folder or file, or a tokenizer file that does not parse, raises `UsageError`."""
+    from transformers import AutoTokenizer
 
     path = Path(path)
     if not path.is_dir():
@@ -158,11 +183,14 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         raise UsageError(f"no tokenizer files (tokenizer.json / tokenizer_config.json) in model folder: {path}")
     try:
-        tokenizer = _load_tokenizer(path, AutoTokenizer)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto" if dtype is None else dtype)
-    except OSError as e:  # e.g. config present but no weights file
-        raise UsageError(f"cannot load model from {path}: {str(e).splitlines()[0]}") from None
-    return model.eval(), tokenizer
+        return _load_tokenizer(path, AutoTokenizer)
+    except Exception as e:  # the `tokenizers` library raises plain Exception for a corrupt tokenizer.json
+        raise UsageError(f"cannot load the tokenizer of {path}: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 def _load_tokenizer(path: Path, auto_cls) -> PreTrainedTokenizerFast:
@@ -171,7 +199,10 @@ def _load_tokenizer(path: Path, auto_cls) -> PreTrainedTokenizerFast:
     import json
 
     cfg_file = path / "tokenizer_config.json"
-    cls_name = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
+    try:
+        cls_name = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise ValueError(f"{cfg_file.name} is not a JSON object ({_first_line(e)})") from None
     if cls_name in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(path)
     return auto_cls.from_pretrained(path)

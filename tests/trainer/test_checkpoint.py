@@ -80,3 +80,58 @@ def test_rng_round_trip():
     again = (random.random(), np.random.rand(), torch.rand(2), torch.rand(2, generator=gen))
     assert first[0] == again[0] and first[1] == again[1]
     assert torch.equal(first[2], again[2]) and torch.equal(first[3], again[3])
+
+
+def test_kill_during_pruning_leaves_nothing_behind(tmp_path, monkeypatch):
+    for step in (1, 2):
+        ck.save_checkpoint(tmp_path, step, _state(step), keep=2)
+    real_rmtree = ck.shutil.rmtree
+
+    def torn_rmtree(path, *a, **k):  # delete one file of the pruned checkpoint, then die
+        if any(path.glob("state.pt")):
+            (path / "state.pt").unlink()
+            raise KeyboardInterrupt("killed")
+        real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(ck.shutil, "rmtree", torn_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(tmp_path, 3, _state(3), keep=2)  # prunes step 1
+    monkeypatch.undo()
+    assert ck.latest_checkpoint(tmp_path).name == "step-000003"
+    assert not (tmp_path / "step-000001").exists()  # out of the step-* namespace before the delete began
+    (tmp_path / "step-000000").mkdir()  # what a kill mid-delete left behind before this fix: never removed
+    ck.save_checkpoint(tmp_path, 4, _state(4), keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000003", "step-000004"]
+
+
+def test_save_drops_checkpoints_of_an_abandoned_timeline(tmp_path):
+    for step in (10, 20, 30):
+        ck.save_checkpoint(tmp_path, step, _state(step), keep=3)
+    ck.save_checkpoint(tmp_path, 15, _state(15), keep=2)  # a resume from step 10 (20 and 30 unreadable, say)
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-000010", "step-000015"]
+
+
+def _random(p):
+    p.write_bytes(random.Random(0).randbytes(5000))
+
+
+def _truncated(p):
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def _empty(p):
+    p.write_bytes(b"")
+
+
+@pytest.mark.parametrize("damage", [_random, _truncated, _empty], ids=["random", "truncated", "empty"])
+def test_load_newest_falls_back_past_a_corrupt_checkpoint(tmp_path, damage):
+    for step in (1, 2, 3):
+        ck.save_checkpoint(tmp_path, step, _state(step), keep=3)
+    damage(tmp_path / "step-000003" / "state.pt")
+    path, state, skipped = ck.load_newest(tmp_path)
+    assert path.name == "step-000002" and state["step"] == 2
+    assert len(skipped) == 1 and skipped[0].startswith("step-000003 (") and "\n" not in skipped[0]
+    damage(tmp_path / "step-000002" / "state.pt")
+    damage(tmp_path / "step-000001" / "state.pt")
+    path, state, skipped = ck.load_newest(tmp_path)
+    assert path is None and state is None and len(skipped) == 3

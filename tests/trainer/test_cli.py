@@ -30,19 +30,12 @@ def _fail(capsys, argv):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
+    """A two-step run with checkpoints at steps 1 and 2, both written by the wall clock (checkpoint_every 100)."""
     out = tmp_path_factory.mktemp("cli") / "run"
-    assert rpgrl_main(["train", "--out", str(out), "--max-steps", "2", *TINY_ARGS]) == 0
+    clock = ["--train.checkpoint_every", "100", "--train.checkpoint_minutes", "1e-9"]
+    assert rpgrl_main(["train", "--out", str(out), "--max-steps", "2", *clock, *TINY_ARGS]) == 0
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-000001", "step-000002"]
     return out
-
-
-def test_train_then_resume_to_a_larger_total(finished_run, tmp_path):
-    import shutil
-
-    out = tmp_path / "run"
-    shutil.copytree(finished_run, out)
-    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "3"]) == 0
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
-    assert json.loads((out / "config.json").read_text())["train"]["max_steps"] == 3
 
 
 def _jsonl(path, rows):
@@ -77,6 +70,8 @@ def test_bad_data_files(capsys, tmp_path):
         (_jsonl(tmp_path / "empty.jsonl", []), "no rows"),
         (str(tmp_path / "absent.jsonl"), "data file not found"),
     ]
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "caf\xe9", "answer": "1"}\n')
+    cases.append((str(tmp_path / "latin1.jsonl"), "line 1: not UTF-8 text (byte 0xe9)"))
     for path, needle in cases:
         err = _fail(capsys, ["--data.train", path, "--data.reward", "math01", "--out", str(out)])
         assert needle in err
@@ -125,3 +120,104 @@ def test_parse_args_forms():
     assert a.overrides == [("loss.beta", "0.5"), ("train.max_steps", "7"), ("train.seed", "3")]
     with pytest.raises(UsageError, match="unexpected argument '-x'"):
         parse_args(["-x"])
+
+
+def test_resume_without_checkpoints_refuses_and_changes_nothing(capsys, finished_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    shutil.rmtree(out / "checkpoints")
+    before = _snapshot(out)
+    err = _fail(capsys, ["--out", str(out), "--resume", "--max-steps", "3"])
+    assert "has no checkpoint to continue from" in err and "another --out" in err
+    err = _fail(capsys, ["--out", str(out), "--max-steps", "3", *TINY_ARGS])  # a plain re-run: no dead end
+    assert "is not empty and has no checkpoint to resume from: choose another --out" in err
+    assert _snapshot(out) == before
+
+
+def test_resume_to_a_larger_total_falls_back_past_a_corrupt_newest_checkpoint(capsys, finished_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "checkpoints" / "step-000002" / "state.pt").write_bytes(b"\x00garbage" * 100)
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "3"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("resuming from")]
+    assert (
+        len(printed) == 1 and "step-000001 (step 1); newer checkpoints do not load, skipped: step-000002" in printed[0]
+    )
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-000002", "step-000003"]
+    assert json.loads((out / "config.json").read_text())["train"]["max_steps"] == 3
+
+
+def test_resume_with_no_readable_checkpoint_changes_nothing(capsys, finished_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    for state in (out / "checkpoints").glob("step-*/state.pt"):
+        state.write_bytes(b"")
+    before = _snapshot(out)
+    err = _fail(capsys, ["--out", str(out), "--resume", "--max-steps", "3"])
+    assert "no checkpoint in" in err and "loads: step-000002 (" in err
+    assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("where", ["file", "below-file", "read-only"])
+def test_out_that_cannot_hold_a_run_fails_before_loading(capsys, tmp_path, monkeypatch, where):
+    from rpgrl.trainer import loop, rundir
+
+    def no_loading(*a, **k):
+        raise AssertionError("loaded a model before checking --out")
+
+    monkeypatch.setattr(loop, "build_model", no_loading)
+    (tmp_path / "f").write_text("x")
+    out, needle = {
+        "file": (tmp_path / "f", "is a file, not a directory"),
+        "below-file": (tmp_path / "f" / "a" / "run", f"lies below {tmp_path / 'f'}, which is a file"),
+        "read-only": (tmp_path / "ro" / "run", f"no permission to write in {tmp_path}"),
+    }[where]
+    if where == "read-only":  # root ignores chmod, so ask the check's question the way a read-only place answers
+        monkeypatch.setattr(rundir.os, "access", lambda p, mode: False)
+    for resume in ([], ["--resume"]):
+        assert needle in _fail(capsys, ["--out", str(out), *resume, *TINY_ARGS])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"] and (tmp_path / "f").read_text() == "x"
+
+
+def test_sigterm_checkpoints_the_current_step_and_exits_143(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "rpgrl.cli", "train", "--out", str(out), "--max-steps", "50", *TINY_ARGS]
+    argv.append("--data.reward=synthetic")  # test_parity is registered in this process only
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not read_metrics(out / "metrics.jsonl") and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    last = err.strip().splitlines()[-1]
+    steps = [r["step"] for r in read_metrics(out / "metrics.jsonl")]
+    assert last == f"rpgrl train: stopped by SIGTERM after step {steps[-1]}, checkpoint saved; continue with: " \
+        f"rpgrl train --out {out} --resume"  # fmt: skip
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 50
+    assert (out / "checkpoints" / "latest").read_text() == f"step-{steps[-1]:06d}"
+    assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("damaged", ["tokenizer_config.json", "model.safetensors"])
+def test_broken_model_folder_is_one_line(capsys, finished_run, tmp_path, damaged):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(finished_run / "model", model)
+    (model / damaged).write_bytes((model / damaged).read_bytes()[:100])  # truncated
+    err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *TINY_ARGS])
+    assert f"cannot load the {'tokenizer of' if damaged.startswith('tok') else 'model in'} {model}" in err
+    assert not (tmp_path / "run").exists()

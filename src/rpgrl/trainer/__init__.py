@@ -3,6 +3,7 @@
 loop.py        train(): sample, score, advantages, old log-probs, mini-batch epochs, log, anchor, checkpoint
 reference.py   the KL anchor (behaviour / periodic / adaptive / fixed, spec 6)
 checkpoint.py  atomic save / resume
+rundir.py      which --out can hold a run; SIGTERM/SIGINT -> checkpoint and a clean stop
 log.py         metric reduction, metrics.jsonl, progress bar, plots
 sft.py         the supervised warm start of the embedded default
 """

@@ -11,6 +11,16 @@ its final name (atomic on POSIX), and only then is `latest` replaced (write to a
 `os.replace`). Readers trust only a directory that `latest` names, or failing that the newest `step-*` directory
 holding `meta.json`; `.tmp-*` leftovers of a crashed write are ignored and removed by the next save.
 
+Resuming (`load_newest`) tries the checkpoint `latest` names, then the other complete ones from the newest down,
+and takes the first whose `state.pt` loads: a corrupt newest checkpoint (bit rot, a disk that lied about fsync)
+costs the steps since the one before it, not the run. Pruning renames a directory to `.del-step-*` before deleting
+it, so a kill mid-delete leaves nothing that looks like a checkpoint; the next save removes `.tmp-*` and `.del-*`
+leftovers (as does a resume), `step-*` directories without both files, and checkpoints newer than the step it saves
+(those belong to the timeline a resume abandoned: it cut the metrics back to an older step).
+
+`crash_point(name)` marks the moments a kill is most harmful; the kill-and-resume test sets `RPGRL_CRASH_AT` to
+make the process SIGKILL itself there.
+
 The RNG helpers capture and restore python, numpy and torch global states plus a sampling `torch.Generator`, so a
 resumed run draws the same random numbers as an uninterrupted one.
 """
@@ -21,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -64,24 +75,49 @@ def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int 
     """Write `state` (anything `torch.save` takes) as the checkpoint of `step`; keep the newest `keep`."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    for leftover in ckpt_dir.glob(".tmp-*"):  # a crashed earlier write
-        shutil.rmtree(leftover, ignore_errors=True)
+    remove_leftovers(ckpt_dir)
     name = checkpoint_name(step)
     tmp, final = ckpt_dir / f".tmp-{name}", ckpt_dir / name
     tmp.mkdir()
     torch.save(state, tmp / "state.pt")
+    crash_point("checkpoint-write")
     _fsync_file(tmp / "state.pt")
     (tmp / "meta.json").write_text(json.dumps({"step": step}))
     _fsync_file(tmp / "meta.json")
     _fsync_dir(tmp)
     if final.exists():  # re-saving a step (e.g. the final checkpoint of a resumed, already finished run)
-        shutil.rmtree(final)
+        _delete(final)
     os.replace(tmp, final)
     _fsync_dir(ckpt_dir)
+    crash_point("checkpoint-rename")
     write_text_atomic(ckpt_dir / LATEST, name)
-    for old in sorted(_complete(ckpt_dir))[:-keep]:
-        shutil.rmtree(ckpt_dir / checkpoint_name(old), ignore_errors=True)
+    steps = sorted(_complete(ckpt_dir))
+    for old in [s for s in steps if s > step] + [s for s in steps if s <= step][:-keep]:
+        _delete(ckpt_dir / checkpoint_name(old))
     return final
+
+
+def _delete(d: Path) -> None:
+    """Remove a checkpoint directory: first renamed out of the `step-*` namespace (atomic), then deleted."""
+    trash = d.with_name(f".del-{d.name}")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(d, trash)
+    crash_point("checkpoint-prune")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_leftovers(ckpt_dir: Path) -> None:
+    """Remove crashed writes (`.tmp-*`), interrupted deletes (`.del-*`) and `step-*` directories missing a file."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return
+    for d in ckpt_dir.iterdir():
+        complete = (d / "meta.json").is_file() and (d / "state.pt").is_file()
+        if d.name.startswith((".tmp-", ".del-")) or (d.name.startswith(_PREFIX) and not complete):
+            if d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink(missing_ok=True)
 
 
 def _complete(ckpt_dir: Path) -> list[int]:
@@ -112,6 +148,44 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """The state saved by `save_checkpoint` (loaded on CPU)."""
     return torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
+
+
+def load_newest(ckpt_dir: Path) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
+    """(directory, state, skipped) of the newest checkpoint whose state loads: the one `latest` names first, then
+    the complete ones from the newest down. `skipped` describes each unreadable one tried before it, in one line
+    each; (None, None, skipped) when none loads."""
+    ckpt_dir = Path(ckpt_dir)
+    first = latest_checkpoint(ckpt_dir)
+    order = [] if first is None else [first]
+    order += [ckpt_dir / checkpoint_name(s) for s in sorted(_complete(ckpt_dir), reverse=True)]
+    skipped = []
+    for d in dict.fromkeys(order):  # in order, without repeats
+        try:
+            state = load_checkpoint(d)
+            if not isinstance(state, dict) or "step" not in state:
+                raise ValueError("not a checkpoint state")
+        except Exception as e:  # a corrupt pickle or zip can raise nearly anything
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            skipped.append(f"{d.name} ({why[:100]})")
+            continue
+        return d, state, skipped
+    return None, None, skipped
+
+
+_CRASHES: dict[str, int] = {}
+
+
+def crash_point(name: str) -> None:
+    """Test hook: with RPGRL_CRASH_AT=name or name:n, SIGKILL this process the n-th time (default: the first)
+    execution passes `name`. A no-op without the variable."""
+    want = os.environ.get("RPGRL_CRASH_AT")
+    if not want:
+        return
+    target, _, nth = want.partition(":")
+    if target == name:
+        _CRASHES[name] = _CRASHES.get(name, 0) + 1
+        if _CRASHES[name] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def rng_state(generator: torch.Generator | None) -> dict[str, Any]:

@@ -4,6 +4,10 @@ A small parser of our own (tyro is not a dependency) so every error is one line 
 name from `rpgrl.presets` (none = the embedded default). `--max-steps` and `--seed` are shortcuts for
 `--train.max_steps` and `--train.seed`. With `--resume`, the base config is the one saved in DIR; overrides apply
 on top, and a PRESET, if given, must describe the same run.
+
+Exit codes: 0 done; 2 bad input (one line on stderr, nothing in DIR changed); 130 / 143 stopped by SIGINT / SIGTERM
+after the current step and a checkpoint (one line on stderr naming the `--resume` command; a second signal stops at
+once).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from rpgrl.config import Config, apply_overrides, check, config_from_dict, help_text
 from rpgrl.errors import UsageError
 from rpgrl.presets import PRESETS, get_preset, preset_table
+from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
 USAGE = "usage: rpgrl train [PRESET] [--out DIR] [--max-steps N] [--seed S] [--resume] [--section.field VALUE ...]"
 SHORTCUTS = {"max-steps": "train.max_steps", "max_steps": "train.max_steps", "seed": "train.seed"}
@@ -114,12 +119,18 @@ def main(argv: list[str] | None = None) -> int:
                   "  --resume           continue the run in DIR up to --max-steps\n\n"
                   f"config (defaults of {args.preset or 'default'}):\n{help_text(base)}")  # fmt: skip
             return 0
+        if args.out is not None:
+            check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
         cfg, name = resolve_config(args)
         out = args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
         from rpgrl.trainer.loop import train
 
-        train(cfg, out, resume=args.resume)
+        with StopSignals() as stop:
+            train(cfg, out, resume=args.resume, stop=stop)
     except UsageError as e:
         print(f"rpgrl train: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print(f"rpgrl train: {e}", file=sys.stderr)
+        return e.exit_code
     return 0

@@ -40,8 +40,9 @@ import torch
 from rpgrl.config import Config, LossConfig, check, config_to_dict
 from rpgrl.errors import UsageError
 from rpgrl.trainer.checkpoint import (
-    latest_checkpoint,
-    load_checkpoint,
+    crash_point,
+    load_newest,
+    remove_leftovers,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -60,6 +61,7 @@ from rpgrl.trainer.log import (
     truncate_metrics,
 )
 from rpgrl.trainer.reference import Anchor, anchor_kl
+from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
 
 def train(
@@ -68,20 +70,27 @@ def train(
     *,
     resume: bool = False,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
+    stop: StopSignals | None = None,
 ) -> dict[str, Any]:
     """Train according to `cfg`, writing everything into the run directory `out`; returns the run summary.
 
-    `resume=True` continues the run in `out` from its newest complete checkpoint up to `cfg.train.max_steps`.
+    `resume=True` continues the run in `out` from its newest checkpoint that loads up to `cfg.train.max_steps`.
     `on_step(step, state)` is called after every training step (tests use it to inspect the live objects).
-    Every user-fixable problem (bad config, missing file or column, empty dataset) raises UsageError before
-    anything in `out` is created or changed.
+    `stop`: installed by `rpgrl train`; after a SIGTERM/SIGINT the current step ends with a checkpoint and
+    `Interrupted` is raised. Checkpoints are written every `train.checkpoint_every` steps, when
+    `train.checkpoint_minutes` have passed since the last one, and at the end.
+    Every user-fixable problem (bad config, missing file or column, empty dataset, an `out` that cannot hold the
+    run) raises UsageError before anything in `out` is created or changed.
     """
     from rpgrl.rollout import token_logprobs
 
     t_begin = time.perf_counter()
     cfg = check(cfg)
     out = Path(out)
-    _check_run_dir(out, resume)
+    check_run_dir(out, resume)
+    ckpt, saved, skipped = load_newest(out / "checkpoints") if resume else (None, None, [])
+    if resume and ckpt is None:
+        raise UsageError(f"--resume: no checkpoint in {out / 'checkpoints'} loads: {'; '.join(skipped)}")
     torch.set_num_threads(cfg.train.threads)
 
     # --- Resolve names and load model and data: all input errors surface here, before `out` is touched
@@ -97,9 +106,7 @@ def train(
     state: dict[str, Any] = {"start_accuracy": None, "collapse_run": 0, "best_accuracy": None, "sft": None}
     state["tracker"] = _tracker(cfg)
     start_step, anchor = 0, None
-    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
     if ckpt is not None:  # restore everything now, so a checkpoint that does not fit the config changes nothing
-        saved = load_checkpoint(ckpt)
         if saved.get("optimizer_name", cfg.optim.name) != cfg.optim.name:  # the states would load but mean nothing
             raise UsageError(f"checkpoint {ckpt} was written by {saved['optimizer_name']}, not {cfg.optim.name}")
         try:
@@ -117,12 +124,14 @@ def train(
 
     # --- Run directory: resolved config; metrics and evaluations cut back to the checkpoint
     out.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
     truncate_metrics(out / "metrics.jsonl", start_step)
     truncate_metrics(out / "eval.jsonl", start_step, keep=lambda r: not r.get("final"))
     _print_config(cfg, out)
     if ckpt is not None:
-        print0(f"resuming from {ckpt} (step {start_step})")
+        fallback = f"; newer checkpoints do not load, skipped: {', '.join(skipped)}" if skipped else ""
+        print0(f"resuming from {ckpt} (step {start_step}){fallback}")
 
     # --- Supervised warm start (synthetic task only), then the held-out accuracy RL starts from
     if ckpt is None and cfg.sft.max_steps > 0:
@@ -135,9 +144,12 @@ def train(
         if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
             _save(out, 0, model, opt, anchor, stream, generator, state, cfg)
 
+    if stop is not None and stop.received is not None:  # signalled during the warm start or the first evaluation
+        _save(out, start_step, model, opt, anchor, stream, generator, state, cfg)
+        raise Interrupted(stop.received, start_step, out)
     metrics_file = MetricsFile(out / "metrics.jsonl")
     progress = Progress(cfg.train.max_steps, start_step, cfg.train.progress)
-    rl_begin = time.perf_counter()
+    rl_begin = last_save = time.perf_counter()
     step, stopped = start_step, None
     for step in range(start_step + 1, cfg.train.max_steps + 1):
         t0 = time.perf_counter()
@@ -269,11 +281,19 @@ def train(
         state["collapse_run"] = state["collapse_run"] + 1 if row["reward/correct"] == 0 else 0
         if cfg.train.collapse_patience and state["collapse_run"] >= cfg.train.collapse_patience:
             stopped = f"collapsed: no correct response for {state['collapse_run']} steps (lower optim.lr?)"
-        # --- Checkpoint
-        if step % cfg.train.checkpoint_every == 0 or step == cfg.train.max_steps or stopped:
+        # --- Checkpoint: every N steps, every M minutes, at the end, on SIGTERM/SIGINT
+        crash_point("step-end")
+        signalled = stop is not None and stop.received is not None
+        overdue = cfg.train.checkpoint_minutes and time.perf_counter() - last_save >= 60 * cfg.train.checkpoint_minutes
+        if step % cfg.train.checkpoint_every == 0 or step == cfg.train.max_steps or stopped or signalled or overdue:
             _save(out, step, model, opt, anchor, stream, generator, state, cfg)
+            last_save = time.perf_counter()
         if on_step is not None:
             on_step(step, {"model": model, "optimizer": opt, "anchor": anchor, "row": row})
+        if signalled:
+            progress.close()
+            metrics_file.close()
+            raise Interrupted(stop.received, step, out)
         if stopped:
             print0(f"stopping at step {step}: {stopped}")
             break
@@ -430,12 +450,12 @@ def encode_prompt(tokenizer, prompt: Any, *, chat: bool, max_length: int) -> lis
     tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS).
     Left-truncated to `max_length` as verl does."""
     from rpgrl.data import prompt_text
-    from rpgrl.evaluation import encode_messages
+    from rpgrl.evaluation import encode_messages, encode_text
 
     if chat and getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         return encode_messages(tokenizer, messages, max_length=max_length)
-    return list(tokenizer(prompt_text(prompt))["input_ids"])[-max_length:]
+    return encode_text(tokenizer, prompt_text(prompt))[-max_length:]
 
 
 def load_task(cfg: Config, tokenizer) -> Task:
@@ -519,14 +539,6 @@ class PromptStream:
     def load_state_dict(self, s: dict[str, int]) -> None:
         self.epoch, self.pos = s["epoch"], s["pos"]
         self._order = self._permutation()
-
-
-def _check_run_dir(out: Path, resume: bool) -> None:
-    if resume:
-        if not (out / "config.json").is_file():
-            raise UsageError(f"--resume: no run to resume in {out} (no config.json)")
-    elif out.exists() and any(out.iterdir()):
-        raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
 
 
 def _seed_everything(seed: int) -> None:
@@ -795,6 +807,7 @@ def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
 
     if task.train_problems is None:
         raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
+    crash_point("warm-start")
     stats = warm_start(
         model,
         tokenizer,
