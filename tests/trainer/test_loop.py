@@ -269,7 +269,7 @@ def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, s
     assert calls == {True: 2 * micro, False: 0}
 
     monkeypatch.setattr(loop, "on_policy", lambda cfg, n: False)  # the general path: a separate old-logp pass
-    loop.train(cfg, tmp_path / "recompute")
+    loop.train(apply_overrides(cfg, [("train.old_logp", "forward")]), tmp_path / "recompute")
     assert calls == {True: 4 * micro, False: 2 * micro}
 
     reuse = _strip_perf(read_metrics(tmp_path / "reuse" / "metrics.jsonl"))
