@@ -82,8 +82,6 @@ def train(
     Every user-fixable problem (bad config, missing file or column, empty dataset, an `out` that cannot hold the
     run) raises UsageError before anything in `out` is created or changed.
     """
-    from rpgrl.rollout import token_logprobs
-
     t_begin = time.perf_counter()
     cfg = check(cfg)
     out = Path(out)
@@ -163,97 +161,8 @@ def train(
         row.update(sampled)
 
         if len(batch) > 0:
-            mask = batch.response_mask  # (B, T)
-            # --- Advantages (from the registry), over the kept batch
-            adv = adv_fn(rewards, batch.group, mask).detach()  # (B,) or (B, T)
-            adv_tok = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv
-            row.update({"adv/mean": _masked_mean(adv_tok, mask), "adv/abs_mean": _masked_mean(adv_tok.abs(), mask)})
-
-            # --- Old log-probs (and the anchor's, if it is a separate model), fixed for the whole update. A strictly
-            # on-policy update (one epoch, one mini-batch: every micro-batch sees the weights that sampled it) takes
-            # them from its own forward, detached: pi_old is pi_theta there, so w == 1 exactly (TRL does the same).
-            # Off-policy they are the sampler's own log-probs ('sampler') or a separate no-grad pass ('forward').
-            mbs = minibatches(batch.group, cfg.train.mini_batch_prompts)
-            source = old_logp_source(cfg, len(mbs), batch)
-            reuse = source == "own"
-            t = time.perf_counter()
-            with torch.no_grad():
-                old_logp, entropy = None, None
-                if source == "forward":
-                    old_logp, entropy = _batched_logprobs(model, batch, cfg, with_entropy=True)
-                elif source == "sampler":
-                    old_logp = batch.sampler_logp
-                anchor_logp = _batched_logprobs(anchor.model, batch, cfg)[0] if anchor.separate else None
-            timing["old_logp"] = time.perf_counter() - t
-
-            # --- Mini-batch epochs: whole prompt groups per mini-batch, micro-batches share its normalizer.
-            # 'drop' keeps the normalizer of the full batch: dropped groups count as the zero-advantage responses
-            # they are, so the update equals the unfiltered one (only cheaper). Renormalising over the kept groups
-            # instead gives a step with one informative group the size of a step with thirty, under Adam a
-            # full-size step of noise; on the default task that degraded the warm-started model.
-            dropped = 1.0
-            if cfg.rollout.group_filter == "drop":
-                kept = mask.sum() if cfg.loss.agg == "token-mean" else float(len(batch))
-                dropped = sampled["batch/sampled_tokens" if cfg.loss.agg == "token-mean" else "batch/sampled"] / kept
-            t = time.perf_counter()
-            step_metrics, opt_steps = [], 0
-            own_logp, own_entropy = [], []  # with `reuse`: the update's own detached log-probs and entropies
-            if entropy is None and not reuse:  # 'sampler': entropies from the first epoch's forwards
-                entropy = torch.zeros_like(old_logp)
-            for epoch in range(cfg.train.epochs):
-                for rows in mbs:
-                    normalizer = (mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))) * dropped
-                    opt.zero_grad(set_to_none=True)
-                    micro, weights = [], []
-                    for mrows in rows.split(cfg.train.micro_batch_size):
-                        mb = batch.select(mrows)
-                        logp, ent = token_logprobs(
-                            model,
-                            mb,
-                            temperature=cfg.rollout.temperature,
-                            chunk_size=cfg.train.logprob_chunk,
-                            with_entropy=reuse or (source == "sampler" and epoch == 0),
-                        )
-                        if reuse:
-                            own_logp.append(logp.detach())
-                            own_entropy.append(ent.detach())
-                        elif source == "sampler" and epoch == 0:  # each row once per epoch (mini-batches partition)
-                            entropy[mrows] = ent.detach()
-                        old = own_logp[-1] if reuse else old_logp[mrows]
-                        a_lp = None if anchor_logp is None else anchor_logp[mrows]
-                        out_ = loss_fn(
-                            logp,
-                            old,
-                            adv[mrows],
-                            mb.response_mask,
-                            normalizer=normalizer,
-                            **loss_opts,
-                            **anchor_kwargs(cfg.loss, a_lp, old),
-                        )
-                        out_.loss.backward()
-                        m = dict(out_.metrics)
-                        m["kl/anchor"] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
-                        micro.append(m)
-                        weights.append(float(mb.response_mask.sum()))
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip or math.inf)
-                    if torch.isfinite(grad_norm):
-                        opt.step()
-                        skipped, opt_steps = 0.0, opt_steps + 1
-                    else:  # spec 7.4: a non-finite gradient norm skips the step
-                        opt.zero_grad(set_to_none=True)
-                        skipped = 1.0
-                    reduced = reduce_micro(micro, weights)
-                    reduced["optim/grad_norm"] = grad_norm.detach()
-                    reduced["optim/skipped"] = torch.tensor(skipped)
-                    step_metrics.append(reduced)
-            opt.zero_grad(set_to_none=True)
-            timing["update"] = time.perf_counter() - t
-            row.update(mean_over_steps(step_metrics))
-            row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (epochs x mini-batches)
-            if reuse:  # one mini-batch, micro-batches in row order: the pieces are the whole batch
-                old_logp, entropy = torch.cat(own_logp), torch.cat(own_entropy)
-            row["entropy/mean"] = _masked_mean(entropy, mask)
-            row["response/neg_logp_mean"] = _masked_mean(-old_logp, mask)
+            row.update(update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, loss_opts, cfg,
+                                     sampled, timing))  # fmt: skip
 
         # --- Log: one row per training step, converted to floats once
         n_tokens = sampled["batch/sampled_tokens"]
@@ -549,6 +458,117 @@ def _seed_everything(seed: int) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Pieces of a step
+
+
+def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, loss_opts, cfg: Config, sampled,
+                  timing) -> dict[str, Any]:  # fmt: skip
+    """The update phase of one training step on the kept rollout batch: advantages, pi_old's (and a separate
+    anchor's) log-probs, then `train.epochs` x mini-batches optimizer steps. Returns the step's adv/*, loss/*, kl/*,
+    clip/*, log_w/*, optim/* (averaged over optimizer steps; */max, */min as extremes), entropy/mean and
+    response/neg_logp_mean; adds the old_logp and update phases to `timing`."""
+    mask = batch.response_mask  # (B, T)
+    # --- Advantages (from the registry), over the kept batch
+    adv = adv_fn(rewards, batch.group, mask).detach()  # (B,) or (B, T)
+    adv_tok = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv
+    row = {"adv/mean": _masked_mean(adv_tok, mask), "adv/abs_mean": _masked_mean(adv_tok.abs(), mask)}
+
+    # --- Old log-probs (and the anchor's, if it is a separate model), fixed for the whole update. A strictly
+    # on-policy update (one epoch, one mini-batch: every micro-batch sees the weights that sampled it) takes them
+    # from its own forward, detached: pi_old is pi_theta there, so w == 1 exactly (TRL does the same). Off-policy
+    # they are the sampler's own log-probs ('sampler') or a separate no-grad pass ('forward').
+    mbs = minibatches(batch.group, cfg.train.mini_batch_prompts)
+    source = old_logp_source(cfg, len(mbs), batch)
+    t = time.perf_counter()
+    with torch.no_grad():
+        old_logp, entropy = None, None
+        if source == "forward":
+            old_logp, entropy = _batched_logprobs(model, batch, cfg, with_entropy=True)
+        elif source == "sampler":
+            old_logp = batch.sampler_logp
+        anchor_logp = _batched_logprobs(anchor.model, batch, cfg)[0] if anchor.separate else None
+    timing["old_logp"] = time.perf_counter() - t
+
+    # --- Mini-batch epochs: whole prompt groups per mini-batch, micro-batches share its normalizer.
+    t = time.perf_counter()
+    scale = _dropped_scale(cfg, batch, sampled)
+    step_metrics, opt_steps = [], 0
+    captured: list = []  # (micro-batch rows, detached logp, entropy) of the first epoch, when nothing else has them
+    for epoch in range(cfg.train.epochs):
+        capture = captured if epoch == 0 and source in ("own", "sampler") else None
+        for rows in mbs:
+            normalizer = (mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))) * scale
+            reduced, stepped = _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
+                                               normalizer, loss_fn, loss_opts, cfg, capture)  # fmt: skip
+            step_metrics.append(reduced)
+            opt_steps += stepped
+    opt.zero_grad(set_to_none=True)
+    timing["update"] = time.perf_counter() - t
+    row.update(mean_over_steps(step_metrics))
+    row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (epochs x mini-batches)
+    if captured:  # the first epoch's mini-batches partition the rows: each row's values exactly once
+        entropy = _scatter_rows(captured, 2, mask)
+        if source == "own":
+            old_logp = _scatter_rows(captured, 1, mask)
+    row["entropy/mean"] = _masked_mean(entropy, mask)
+    row["response/neg_logp_mean"] = _masked_mean(-old_logp, mask)
+    return row
+
+
+def _dropped_scale(cfg: Config, batch, sampled: dict) -> float:
+    """'drop' keeps the normalizer of the full batch: dropped groups count as the zero-advantage responses they are,
+    so the update equals the unfiltered one (only cheaper). Renormalising over the kept groups instead gives a step
+    with one informative group the size of a step with thirty, under Adam a full-size step of noise; on the default
+    task that degraded the warm-started model. Returns (sampled count) / (kept count), 1 without 'drop'."""
+    if cfg.rollout.group_filter != "drop":
+        return 1.0
+    token_mean = cfg.loss.agg == "token-mean"
+    kept = batch.response_mask.sum() if token_mean else float(len(batch))
+    return sampled["batch/sampled_tokens" if token_mean else "batch/sampled"] / kept
+
+
+def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp, normalizer, loss_fn, loss_opts,
+                    cfg: Config, capture: list | None) -> tuple[dict[str, torch.Tensor], int]:  # fmt: skip
+    """One optimizer step on the mini-batch `rows` (B_mb,), micro-batched; every micro-batch's loss uses the
+    mini-batch's `normalizer`, so the gradients add up to the mini-batch's. `old_logp` (B, T), or None on-policy
+    (the forward's own log-probs, detached). `capture`: receives (micro rows, detached logp, entropy) per micro-batch.
+    Returns the step's reduced metrics and 1 if the step was taken (0: non-finite gradient norm, skipped)."""
+    from rpgrl.rollout import token_logprobs
+
+    opt.zero_grad(set_to_none=True)
+    micro, weights = [], []
+    for mrows in rows.split(cfg.train.micro_batch_size):
+        mb = batch.select(mrows)
+        logp, ent = token_logprobs(model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk,
+                                   with_entropy=capture is not None)  # fmt: skip
+        if capture is not None:
+            capture.append((mrows, logp.detach(), ent.detach()))
+        old = logp.detach() if old_logp is None else old_logp[mrows]
+        a_lp = None if anchor_logp is None else anchor_logp[mrows]
+        out = loss_fn(logp, old, adv[mrows], mb.response_mask, normalizer=normalizer, **loss_opts,
+                      **anchor_kwargs(cfg.loss, a_lp, old))  # fmt: skip
+        out.loss.backward()
+        m = dict(out.metrics)
+        m["kl/anchor"] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
+        micro.append(m)
+        weights.append(float(mb.response_mask.sum()))
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip or math.inf)
+    stepped = bool(torch.isfinite(grad_norm))
+    if stepped:
+        opt.step()
+    else:  # spec 7.4: a non-finite gradient norm skips the step
+        opt.zero_grad(set_to_none=True)
+    reduced = reduce_micro(micro, weights)
+    reduced["optim/grad_norm"] = grad_norm.detach()
+    reduced["optim/skipped"] = torch.tensor(0.0 if stepped else 1.0)
+    return reduced, int(stepped)
+
+
+def _scatter_rows(pieces: list, field: int, mask: torch.Tensor) -> torch.Tensor:
+    """Reassemble per-row tensors (B, T) from (rows, logp, entropy) micro-batch pieces; `field` 1 = logp, 2 = ent."""
+    out = torch.zeros(mask.shape, dtype=pieces[0][field].dtype, device=pieces[0][field].device)
+    for piece in pieces:
+        out[piece[0]] = piece[field]
+    return out
 
 
 def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
