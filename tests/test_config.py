@@ -114,7 +114,7 @@ def test_derived_values_are_properties():
     [
         ([("loss.c", "1.0")], "loss.c must be > 1"),
         ([("train.mini_batch_prompts", "5")], "train.mini_batch_prompts must divide rollout.prompts_per_step"),
-        ([("rollout.group_size", "0")], "rollout.group_size must be >= "),
+        ([("rollout.group_size", "0")], "rollout.group_size must be >= 1"),
         ([("rollout.top_p", "0")], "rollout.top_p must be in (0, 1]"),
         ([("model.path", "none")], "model.path is not set"),
         ([("data.train", "none")], "data.train is not set"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
         try:
             rows = pq.read_table(p).to_pylist()
         except Exception as e:  # pyarrow raises several types for a corrupt / non-parquet file
-            raise UsageError(f"{p}: not a readable parquet file ({str(e).splitlines()[0]})") from None
+            raise UsageError(f"{p}: not a readable parquet file ({first_line(e)})") from None
         return rows, "row"
     if suffix in (".jsonl", ".json", ".ndjson"):
         try:

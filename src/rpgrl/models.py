@@ -24,7 +24,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, first_line
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 SPECIAL_TOKENS = (PAD, EOS, BOS)  # ids 0, 1, 2 in both tokenizers
@@ -166,7 +166,7 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype="auto" if dtype is None else dtype)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # missing/corrupt files, unknown type
-        raise UsageError(f"cannot load the model in {path}: {_first_line(e)}") from None
+        raise UsageError(f"cannot load the model in {path}: {first_line(e)}") from None
     return model.eval(), tokenizer
 
 
@@ -185,12 +185,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     try:
         return _load_tokenizer(path, AutoTokenizer)
     except Exception as e:  # the `tokenizers` library raises plain Exception for a corrupt tokenizer.json
-        raise UsageError(f"cannot load the tokenizer of {path}: {_first_line(e)}") from None
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
+        raise UsageError(f"cannot load the tokenizer of {path}: {first_line(e)}") from None
 
 
 def _load_tokenizer(path: Path, auto_cls) -> PreTrainedTokenizerFast:
@@ -202,7 +197,7 @@ def _load_tokenizer(path: Path, auto_cls) -> PreTrainedTokenizerFast:
     try:
         cls_name = json.loads(cfg_file.read_text()).get("tokenizer_class") if cfg_file.is_file() else None
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
-        raise ValueError(f"{cfg_file.name} is not a JSON object ({_first_line(e)})") from None
+        raise ValueError(f"{cfg_file.name} is not a JSON object ({first_line(e)})") from None
     if cls_name in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(path)
     return auto_cls.from_pretrained(path)

@@ -38,6 +38,7 @@ class Rollout:
     `texts`: decoded responses, special tokens skipped.
     `sampler_logp` (B, T) or None: log-prob of each sampled token under the sampler's logits / temperature
     (before top-p filtering), 0 where `response_mask` is 0.
+    `sampler_entropy` (B, T) or None: entropy of that distribution at each response position, 0 where the mask is 0.
     """
 
     input_ids: Tensor
@@ -47,6 +48,7 @@ class Rollout:
     group: Tensor
     texts: list[str]
     sampler_logp: Tensor | None = None
+    sampler_entropy: Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -88,6 +90,7 @@ class Rollout:
             group=self.group[rows],
             texts=[self.texts[i] for i in rows.tolist()],
             sampler_logp=None if self.sampler_logp is None else self.sampler_logp[rows],
+            sampler_entropy=None if self.sampler_entropy is None else self.sampler_entropy[rows],
         )
 
     def compact(self) -> Rollout:
@@ -102,6 +105,7 @@ class Rollout:
             prompt_len=P - start,
             response_mask=self.response_mask[:, :T],
             sampler_logp=None if self.sampler_logp is None else self.sampler_logp[:, :T],
+            sampler_entropy=None if self.sampler_entropy is None else self.sampler_entropy[:, :T],
         )
 
 
@@ -218,7 +222,7 @@ def cat_rollouts(rollouts: Sequence[Rollout], *, pad_id: int, renumber_groups: b
         raise ValueError("cat_rollouts: nothing to concatenate")
     P = max(r.prompt_len for r in rollouts)
     T = max(r.response_mask.shape[1] for r in rollouts)
-    ids, att, rmask, groups, texts, logps = [], [], [], [], [], []
+    ids, att, rmask, groups, texts, logps, ents = [], [], [], [], [], [], []
     offset = 0
     for r in rollouts:
         lp, rp = P - r.prompt_len, T - r.response_mask.shape[1]
@@ -231,6 +235,7 @@ def cat_rollouts(rollouts: Sequence[Rollout], *, pad_id: int, renumber_groups: b
             offset = int(groups[-1].max()) + 1
         texts += r.texts
         logps.append(None if r.sampler_logp is None else F.pad(r.sampler_logp, (0, rp), value=0.0))
+        ents.append(None if r.sampler_entropy is None else F.pad(r.sampler_entropy, (0, rp), value=0.0))
     return Rollout(
         input_ids=torch.cat(ids),
         attention_mask=torch.cat(att),
@@ -239,6 +244,7 @@ def cat_rollouts(rollouts: Sequence[Rollout], *, pad_id: int, renumber_groups: b
         group=torch.cat(groups),
         texts=texts,
         sampler_logp=None if any(lp is None for lp in logps) else torch.cat(logps),
+        sampler_entropy=None if any(e is None for e in ents) else torch.cat(ents),
     )
 
 
@@ -325,6 +331,7 @@ def sample(
         group=out.group.clone(),
         texts=_decode(tokenizer, out.response_ids, out.lengths),
         sampler_logp=out.sampler_logp.clone(),
+        sampler_entropy=out.sampler_entropy.clone(),
     )
 
 
@@ -354,18 +361,19 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
     eos_t = torch.as_tensor(eos, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    tokens, logps = [], []
+    tokens, logps, ents = [], [], []
     ones = torch.ones((B, 1), dtype=mask.dtype, device=device)
     for t in range(max_new_tokens):
         logp_all = torch.log_softmax(logits / temperature, -1)  # (B, V)
+        p_all = logp_all.exp()
         if greedy:
             tok = logits.argmax(-1)
         else:
-            probs = top_p_filter(logp_all.exp(), top_p)
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            tok = torch.multinomial(top_p_filter(p_all, top_p), 1, generator=generator).squeeze(-1)
         lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
         tokens.append(torch.where(done, pad, tok))
         logps.append(torch.where(done, 0.0, lp))
+        ents.append(torch.where(done, 0.0, -(p_all * logp_all).nansum(-1)))  # 0 * -inf = nan for masked logits
         done = done | torch.isin(tok, eos_t)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
@@ -389,6 +397,7 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         group=torch.arange(U, device=device).repeat_interleave(n),
         texts=[],  # decoded once by `sample`
         sampler_logp=torch.stack(logps, 1) * r_mask,
+        sampler_entropy=torch.stack(ents, 1) * r_mask,
     )
 
 

@@ -1,6 +1,7 @@
 """Checkpoints are atomic: a crash at any point of a write leaves the previous checkpoint loadable."""
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +136,31 @@ def test_load_newest_falls_back_past_a_corrupt_checkpoint(tmp_path, damage):
     damage(tmp_path / "step-000001" / "state.pt")
     path, state, skipped = ck.load_newest(tmp_path)
     assert path is None and state is None and len(skipped) == 3
+
+
+def test_resave_never_leaves_a_step_without_a_complete_copy(tmp_path, monkeypatch):
+    """Re-saving a step sets the old copy aside before the new one is renamed in; a kill between the two renames
+    leaves a complete `.tmp-` write, which the next save or resume puts in place instead of deleting."""
+    import os
+
+    d = tmp_path / "ckpt"
+    ck.save_checkpoint(d, 5, {"v": 1})
+    real = os.replace
+    calls = []
+
+    def dies_on_second_rename(src, dst):
+        calls.append((Path(src).name, Path(dst).name))
+        if len(calls) == 2:  # step-5 -> .del-step-5 done; .tmp-step-5 -> step-5 is where the kill lands
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(ck.os, "replace", dies_on_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(d, 5, {"v": 2})
+    monkeypatch.setattr(ck.os, "replace", real)
+    assert calls[0][1].startswith(".del-") and not (d / ck.checkpoint_name(5)).exists()
+    ck.remove_leftovers(d)
+    assert torch.load(d / ck.checkpoint_name(5) / "state.pt", weights_only=False) == {"v": 2}
+    assert sorted(p.name for p in d.iterdir() if p.is_dir()) == [ck.checkpoint_name(5)]
+    ck.save_checkpoint(d, 5, {"v": 3})  # an ordinary re-save replaces the copy
+    assert torch.load(d / ck.checkpoint_name(5) / "state.pt", weights_only=False) == {"v": 3}

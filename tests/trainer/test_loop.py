@@ -351,8 +351,9 @@ def test_off_policy_old_logp_from_the_sampler_equals_a_forward_pass(tmp_path, mo
     monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
     runs = {}
     for source in ("sampler", "forward"):
-        cfg = tiny(("train.old_logp", source), ("train.max_steps", "2"), ("loss.style", style))
-        assert loop.old_logp_source(cfg, 2, type("B", (), {"sampler_logp": torch.zeros(1)})) == source
+        cfg = tiny(("train.old_logp", source), ("train.max_steps", "3"), ("optim.warmup_steps", "0"),
+                   ("loss.style", style))  # fmt: skip
+        assert loop.old_logp_source(cfg, 2, _recorded_batch()) == source
         calls.update({True: 0, False: 0})
         loop.train(cfg, tmp_path / source)
         runs[source] = (dict(calls), _strip_perf(read_metrics(tmp_path / source / "metrics.jsonl")))
@@ -362,6 +363,39 @@ def test_off_policy_old_logp_from_the_sampler_equals_a_forward_pass(tmp_path, mo
     for a, b in zip(rows_s, rows_f, strict=True):
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-5), k
-    assert rows_s[0]["log_w/abs_mean"] < 1e-5  # step 1 (lr 0): the sampler's log-probs are the forward's
+        assert a["entropy/mean"] == pytest.approx(b["entropy/mean"], rel=1e-5)  # both: the entropy of pi_old
+    assert all(r["log_w/max"] > 0.01 for r in rows_s)  # every step trained off-policy (no warm-up)
     auto = tiny(("model.dtype", "bfloat16"))
-    assert loop.old_logp_source(auto, 2, type("B", (), {"sampler_logp": torch.zeros(1)})) == "forward"
+    assert loop.old_logp_source(auto, 2, _recorded_batch()) == "forward"
+
+
+def _recorded_batch():
+    """A stand-in for a Rollout whose sampler recorded its log-probs and entropies."""
+    return type("B", (), {"sampler_logp": torch.zeros(1), "sampler_entropy": torch.zeros(1)})
+
+
+def test_signal_during_the_final_evaluation_stops_before_the_export(tmp_path, monkeypatch):
+    """A SIGTERM after the last step (here: during the final evaluation) ends the run with Interrupted before
+    model/ is written; the last step's checkpoint is there, and a resume runs only the final phase."""
+    import signal
+
+    from rpgrl.trainer.rundir import Interrupted, StopSignals
+
+    stop = StopSignals()
+    real = loop.run_eval
+
+    def signalled_eval(*args, **kwargs):
+        if kwargs.get("final"):
+            stop.received = signal.SIGTERM
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "run_eval", signalled_eval)
+    cfg = tiny(("train.max_steps", "2"))
+    with pytest.raises(Interrupted, match="after step 2"):
+        loop.train(cfg, tmp_path / "run", stop=stop)
+    assert not (tmp_path / "run" / "model").exists()
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step-000002"
+    monkeypatch.setattr(loop, "run_eval", real)
+    summary = loop.train(cfg, tmp_path / "run", resume=True)
+    assert summary["steps"] == 2 and (tmp_path / "run" / "model" / "config.json").is_file()
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]

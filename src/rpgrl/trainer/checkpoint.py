@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rpgrl.errors import first_line
+
 LATEST = "latest"
 _PREFIX = "step-"
 
@@ -85,10 +87,13 @@ def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int 
     (tmp / "meta.json").write_text(json.dumps({"step": step}))
     _fsync_file(tmp / "meta.json")
     _fsync_dir(tmp)
-    if final.exists():  # re-saving a step (e.g. the final checkpoint of a resumed, already finished run)
-        _delete(final)
+    trash = final.with_name(f".del-{name}")
+    if final.exists():  # re-saving a step: set the old copy aside, never delete it before the new one is in place
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(final, trash)
     os.replace(tmp, final)
     _fsync_dir(ckpt_dir)
+    shutil.rmtree(trash, ignore_errors=True)
     crash_point("checkpoint-rename")
     write_text_atomic(ckpt_dir / LATEST, name)
     steps = sorted(_complete(ckpt_dir))
@@ -107,10 +112,16 @@ def _delete(d: Path) -> None:
 
 
 def remove_leftovers(ckpt_dir: Path) -> None:
-    """Remove crashed writes (`.tmp-*`), interrupted deletes (`.del-*`) and `step-*` directories missing a file."""
+    """Remove crashed writes (`.tmp-*`), interrupted deletes (`.del-*`) and `step-*` directories missing a file.
+    A complete write (`.tmp-X` with its meta.json, written last) whose `X` is missing was killed between its two
+    renames: it is put in place instead."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return
+    for d in ckpt_dir.glob(f".tmp-{_PREFIX}*"):
+        final = ckpt_dir / d.name[len(".tmp-") :]
+        if not final.exists() and (d / "meta.json").is_file() and (d / "state.pt").is_file():
+            os.replace(d, final)
     for d in ckpt_dir.iterdir():
         complete = (d / "meta.json").is_file() and (d / "state.pt").is_file()
         if d.name.startswith((".tmp-", ".del-")) or (d.name.startswith(_PREFIX) and not complete):
@@ -165,7 +176,7 @@ def load_newest(ckpt_dir: Path) -> tuple[Path | None, dict[str, Any] | None, lis
             if not isinstance(state, dict) or "step" not in state:
                 raise ValueError("not a checkpoint state")
         except Exception as e:  # a corrupt pickle or zip can raise nearly anything
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            why = first_line(e)
             skipped.append(f"{d.name} ({why[:100]})")
             continue
         return d, state, skipped

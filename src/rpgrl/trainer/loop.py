@@ -3,10 +3,9 @@
 Per training step: sample G responses per prompt; score them with the reward registry (optionally add DAPO's
 overlong penalty and filter groups whose responses are all right or all wrong); advantages from the ADVANTAGES
 registry; old log-probs fixed for the update (the sampler's own, a no-grad pass, or, strictly on-policy, the
-update's own forward);
-mini-batch epochs with the loss from the LOSSES registry (the global token or sequence count of the mini-batch is the
-normalizer of every micro-batch); log; maybe refresh the KL anchor; maybe evaluate; maybe checkpoint. The math is
-imported; nothing here differentiates anything by hand.
+update's own forward); mini-batch epochs with the loss from the LOSSES registry (the global token or sequence count
+of the mini-batch is the normalizer of every micro-batch); log; maybe refresh the KL anchor; maybe evaluate; maybe
+checkpoint. The math is imported; nothing here differentiates anything by hand.
 
 Choices worth knowing:
 * The model stays in `eval()` mode (no dropout) for sampling and training, so at the start of each update
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from rpgrl.config import Config, LossConfig, check, config_to_dict
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, first_line
 from rpgrl.trainer.checkpoint import (
     crash_point,
     load_newest,
@@ -113,7 +112,7 @@ def train(
             anchor = Anchor(cfg.ref, model)
             anchor.load_state_dict(saved["anchor"])
         except (RuntimeError, ValueError, KeyError) as e:
-            raise UsageError(f"checkpoint {ckpt} does not fit this config: {str(e).splitlines()[0]}") from None
+            raise UsageError(f"checkpoint {ckpt} does not fit this config: {first_line(e)}") from None
         stream.load_state_dict(saved["data"])
         set_rng_state(saved["rng"], generator)
         start_step = saved["step"]
@@ -209,11 +208,13 @@ def train(
     progress.close()
     metrics_file.close()
     rl_time = time.perf_counter() - rl_begin
+    _stop_if_signalled(stop, step, out)  # after the last step's checkpoint: a resume runs only the final phase
 
     # --- Final evaluation on the averaged weights, exported model, curves, summary
     if hasattr(opt, "eval"):
         opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
     end_acc = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out, final=True)["eval/accuracy"]
+    _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     rows = read_metrics(out / "metrics.jsonl")
@@ -483,8 +484,8 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
         old_logp, entropy = None, None
         if source == "forward":
             old_logp, entropy = _batched_logprobs(model, batch, cfg, with_entropy=True)
-        elif source == "sampler":
-            old_logp = batch.sampler_logp
+        elif source == "sampler":  # and the entropy of the distribution each token was drawn from
+            old_logp, entropy = batch.sampler_logp, batch.sampler_entropy
         anchor_logp = _batched_logprobs(anchor.model, batch, cfg)[0] if anchor.separate else None
     timing["old_logp"] = time.perf_counter() - t
 
@@ -492,9 +493,9 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
     t = time.perf_counter()
     scale = _dropped_scale(cfg, batch, sampled)
     step_metrics, opt_steps = [], 0
-    captured: list = []  # (micro-batch rows, detached logp, entropy) of the first epoch, when nothing else has them
-    for epoch in range(cfg.train.epochs):
-        capture = captured if epoch == 0 and source in ("own", "sampler") else None
+    captured: list = []  # on-policy: (micro-batch rows, detached logp, entropy) of the update's own forward
+    capture = captured if source == "own" else None
+    for _ in range(cfg.train.epochs):
         for rows in mbs:
             normalizer = (mask[rows].sum() if cfg.loss.agg == "token-mean" else float(len(rows))) * scale
             reduced, stepped = _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
@@ -504,12 +505,10 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
     opt.zero_grad(set_to_none=True)
     timing["update"] = time.perf_counter() - t
     row.update(mean_over_steps(step_metrics))
-    row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (epochs x mini-batches)
-    if captured:  # the first epoch's mini-batches partition the rows: each row's values exactly once
-        entropy = _scatter_rows(captured, 2, mask)
-        if source == "own":
-            old_logp = _scatter_rows(captured, 1, mask)
-    row["entropy/mean"] = _masked_mean(entropy, mask)
+    row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (skipped steps excluded)
+    if captured:  # one mini-batch of micro-batches: each row's values exactly once
+        old_logp, entropy = _scatter_rows(captured, 1, mask), _scatter_rows(captured, 2, mask)
+    row["entropy/mean"] = _masked_mean(entropy, mask)  # of pi_old, the policy that sampled the batch
     row["response/neg_logp_mean"] = _masked_mean(-old_logp, mask)
     return row
 
@@ -688,6 +687,12 @@ def minibatches(group: torch.Tensor, prompts_per_mb: int | None) -> list[torch.T
     return list(rows.split(sizes))
 
 
+def _stop_if_signalled(stop: StopSignals | None, step: int, out: Path) -> None:
+    """Raise `Interrupted` if a SIGTERM/SIGINT arrived (the checkpoint of `step` is already written)."""
+    if stop is not None and stop.received is not None:
+        raise Interrupted(stop.received, step, out)
+
+
 def on_policy(cfg: Config, n_minibatches: int) -> bool:
     """Whether the update is strictly on-policy: one epoch of one mini-batch, so no optimizer step happens between
     sampling and any micro-batch's loss and the old log-probs are the update's own forward, detached."""
@@ -704,7 +709,8 @@ def old_logp_source(cfg: Config, n_minibatches: int, batch) -> str:
     choice = cfg.train.old_logp
     if choice == "auto":
         choice = "sampler" if cfg.model.dtype == "float32" else "forward"
-    return "sampler" if choice == "sampler" and batch.sampler_logp is not None else "forward"
+    recorded = batch.sampler_logp is not None and batch.sampler_entropy is not None
+    return "sampler" if choice == "sampler" and recorded else "forward"
 
 
 def _batched_logprobs(model, batch, cfg: Config, with_entropy: bool = False):
