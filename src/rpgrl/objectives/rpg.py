@@ -359,7 +359,7 @@ def _kl_and_loss_metrics(
         kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
     kl_rows = kl_unit.detach().to(f64)
     kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
-    kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else torch.zeros((), dtype=f64)
+    kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else n_tok.new_zeros((), dtype=f64)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
     return {
