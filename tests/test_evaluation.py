@@ -23,8 +23,12 @@ from rpgrl.evaluation import (
     bootstrap_ks,
     encode_messages,
     evaluate,
+    majority_correct,
     pass_at_k,
+    pass_maj_curves,
+    plot_pass_maj,
     run_benchmarks,
+    vote_answer,
 )
 
 # ---------- metrics against brute force ----------
@@ -221,8 +225,10 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     )  # fmt: skip
     elapsed = time.monotonic() - t0
     assert code == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "amc-23" in printed and "mean@4" in printed
+    assert "problem" in captured.err  # the progress bar counts problems
     report = json.loads((out / "metrics.json").read_text())
     assert report["k"] == 4 and report["benchmarks"]["amc-23"]["problems"] == 3
     assert set(report["metrics"]) >= {"eval/amc-23/mean@4", "eval/amc-23/pass@4", "eval/amc-23/best@4"}
@@ -231,7 +237,24 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     expected = load_benchmark(DATA / "amc-23.parquet").problems[:3]
     assert [s["answer"] for s in samples] == [p.answer for p in expected]
     assert all(len(s["responses"]) == 4 and len(s["correct"]) == 4 for s in samples)
+    assert all(s["votes"] == [vote_answer(r, "equiv") for r in s["responses"]] for s in samples)
+    assert "eval/amc-23/maj@4" in report["metrics"]
+    assert (out / "passk_majk.png").read_bytes()[:4] == b"\x89PNG"
     assert elapsed < 30, elapsed
+
+
+def test_progress_bar_does_not_change_the_draws(tiny_model_dir, capsys):
+    from rpgrl.evaluation import model_sampler
+    from rpgrl.models import load_model
+
+    model, tok = load_model(str(tiny_model_dir))
+    problems = [Problem("toy", [{"role": "user", "content": f"{i}+1?"}], "1", 1) for i in range(5)]
+    draws = {}
+    for progress in (False, True):
+        sampler = model_sampler(model, tok, max_new_tokens=6, batch_size=2, seed=3, progress=progress)
+        draws[progress] = sampler(problems, 3)
+    assert draws[True] == draws[False] and len(draws[True]) == 5 and all(len(d) == 3 for d in draws[True])
+    assert "5/5" in capsys.readouterr().err  # one bar over the five problems
 
 
 @pytest.mark.parametrize(
@@ -314,3 +337,68 @@ def test_rpgrl_eval_argparse_errors_are_one_line(argv, match, capsys):
     assert main(["eval", *argv]) == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and match in captured.err and captured.out == ""
+
+
+# ---------- maj@k: majority vote, by hand ----------
+
+
+@pytest.mark.parametrize(
+    "response,mode,vote",
+    [
+        ("so x = 7\nAnswer: 7", "strict", "7"),
+        ("Answer: $7$.", "equiv", "7"),  # delimiters and the period cleaned away
+        ("Answer: \\frac12", "strict", "\\frac{1}{2}"),  # the authors' normalisation
+        ("\\boxed{12}", "equiv", "12"),  # equiv reads a box without an Answer line
+        ("\\boxed{12}", "strict", None),  # strict does not: no vote
+        ("I do not know.", "equiv", None),
+        ("Answer: \\boxed{}", "equiv", None),  # an empty answer does not vote
+    ],
+)
+def test_vote_answer(response, mode, vote):
+    assert vote_answer(response, mode) == vote
+
+
+def test_majority_correct_ties_and_abstentions():
+    assert majority_correct(["5", "7", "7"], [False, True, True])  # 7 has two votes
+    assert not majority_correct(["5", "7", "7", "5"], [False, True, True, False])  # 2-2: 5 was sampled first
+    assert majority_correct([None, "7", "5", None], [False, True, False, False])  # 1-1 among voters: 7 first
+    assert not majority_correct([None, None], [False, False])  # nobody votes: unsolved
+    assert majority_correct(["7", "7", "5", "5", "5"], [True, False, False, False, False]) is False  # 3 beat 2
+    # the verdict is the first winning sample's, even if a later sample with the same vote was judged differently
+    assert majority_correct(["7", "7"], [True, False])
+
+
+def test_maj_at_k_hand_worked():
+    """Two problems, answer 7, six samples each (strict scoring):
+    p0: 5 7 7 5 - 3     maj@1: 5 wrong; maj@2: 5,7 tie -> 5 wrong; maj@4: 5,7 2-2 -> 5 wrong; maj@6: 5,7 2-2 -> 5 wrong
+    p1: - - 7 3 7 7     maj@1, maj@2: no votes, wrong; maj@4: 7,3 1-1 -> 7 right; maj@6: 7 three votes, right
+    so maj@1 = maj@2 = 0, maj@4 = maj@6 = 1/2; pass@j counts p0's two and p1's three correct samples."""
+    samples = [["5", "7", "7", "5", None, "3"], [None, None, "7", "3", "7", "7"]]
+    problems = [Problem("toy", [{"role": "user", "content": f"q{i}"}], "7", 1) for i in range(2)]
+
+    def sampler(ps, n):
+        return [[f"Answer: {a}" if a else "no idea" for a in row[:n]] for row in samples]
+
+    m = evaluate(None, None, [Benchmark("toy", "-", tuple(problems))], k=6, mode="strict", sampler=sampler)
+    assert {k: v for k, v in m.items() if "/maj@" in k} == {
+        "eval/toy/maj@1": 0.0,
+        "eval/toy/maj@2": 0.0,
+        "eval/toy/maj@4": 0.5,
+        "eval/toy/maj@6": 0.5,
+    }
+    assert m["eval/toy/pass@1"] == pytest.approx((2 / 6 + 3 / 6) / 2, abs=1e-15)
+    assert m["eval/toy/pass@4"] == pytest.approx((pass_at_k(6, 2, 4) + pass_at_k(6, 3, 4)) / 2, abs=1e-15)
+
+
+def test_pass_maj_plot_shows_the_metrics(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    bench = Benchmark("toy", "-", tuple(Problem("toy", [{"role": "user", "content": "q"}], "1", 1) for _ in range(1)))
+    results = run_benchmarks([bench, Benchmark("toy2", "-", bench.problems)], oracle, k=3, mode="strict")
+    curves = pass_maj_curves(results)
+    assert curves["toy"] == {"pass": [(1, 1.0), (2, 1.0)], "maj": [(1, 1.0), (2, 1.0), (3, 1.0)]}
+    png = plot_pass_maj(results, tmp_path / "p.png")
+    image = imread(png)
+    assert image.shape[:2] == (340, 840)  # two panels of 4.2 x 3.4 inches at 100 dpi
+    assert image[..., :3].std() > 0.05  # something is drawn

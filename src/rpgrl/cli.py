@@ -14,7 +14,7 @@ from rpgrl.errors import UsageError
 # subcommand -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
     "train": ("rpgrl.trainer.cli", "main", "train a policy (no preset = the embedded CPU default)"),
-    "eval": ("rpgrl.evaluation", "main", "score a model on AIME/AMC parquet files (mean@k, pass@k)"),
+    "eval": ("rpgrl.evaluation", "main", "score a model on AIME/AMC parquet files (mean@k, pass@k, maj@k)"),
     "verify": ("rpgrl.verify", "main", "prove every RPG surrogate exact by enumeration, and the clip row by row"),
 }
 

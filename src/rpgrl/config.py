@@ -243,6 +243,11 @@ class TrainConfig:
     """torch CPU threads"""
     progress: bool = True
     """show a progress bar"""
+    report_to: str = "none"
+    """experiment trackers, named as in TRL/transformers: none, tensorboard, wandb or a comma list (extras
+    rpgrl[tensorboard], rpgrl[wandb]); they get the metrics.jsonl keys, the eval rows and the config once"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """where the model and every tensor of the run live: 'auto' = CUDA when available (one GPU), else the CPU"""
 
 
 @dataclass(frozen=True)
@@ -535,4 +540,7 @@ def check(cfg: Config) -> Config:
     mb = t.mini_batch_prompts
     need(mb is None or (mb >= 1 and r.prompts_per_step % mb == 0), "train.mini_batch_prompts",
          f"must divide rollout.prompts_per_step ({r.prompts_per_step}), got {mb}")  # fmt: skip
+    from rpgrl.trainer.trackers import parse_report_to  # standard library only (and rpgrl.errors)
+
+    parse_report_to(t.report_to)
     return cfg

@@ -14,8 +14,17 @@ Metrics per benchmark, each averaged over problems:
 * `best@j` / `worst@j` for j = 2, 4, ... < k and j = k: verl's bootstrap as the authors log it (1000 resamples of
   size j with replacement, numpy legacy seed 42 re-seeded for every problem and j), the max / min of each resample.
   Not the empirical "any of k correct": for accuracy p it approaches 1 - (1 - p)^j.
+* `maj@j` for the same j as pass@j, plus j = k: majority vote over the problem's first j samples (samples are
+  i.i.d., so the first j are a random j-subset). Each sample votes for its extracted answer (`vote_answer`: the
+  answer the scoring mode judges, normalised with the authors' rules; answers vote together only when those
+  strings are equal, no symbolic equivalence); samples without an answer do not vote. The most-voted answer wins;
+  a tie goes to the tied answer sampled first. The problem counts as solved when the first sample carrying the
+  winning answer is correct; with no votes at all it counts as unsolved.
 
-Left out: majority voting (maj@k), per-sample overlong penalties, data-parallel generation.
+`rpgrl eval --out DIR` writes metrics.json, samples.jsonl (with each sample's vote) and passk_majk.png (pass@j
+and maj@j against j, one panel per benchmark).
+
+Left out: per-sample overlong penalties, data-parallel generation.
 """
 
 from __future__ import annotations
@@ -31,7 +40,16 @@ from pathlib import Path
 
 from rpgrl.data import Benchmark, Messages, Problem, load_benchmark, prompt_text
 from rpgrl.errors import UsageError
-from rpgrl.rewards.math import MODES, Mode, math_score
+from rpgrl.rewards.math import (
+    INVALID,
+    MODES,
+    Mode,
+    clean_answer,
+    extract_final_answer,
+    extract_strict,
+    math_score,
+    normalize_answer,
+)
 
 PASS_KS = (1, 2, 4, 8, 16, 32)
 BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 1000, 42  # verl's bootstrap_metric defaults, used by the authors
@@ -78,10 +96,59 @@ def bootstrap_ks(n: int) -> list[int]:
     return ks + [n]
 
 
-def benchmark_metrics(correct: Sequence[Sequence[bool]]) -> dict[str, float]:
-    """mean@n, pass@j, best@j, worst@j of a benchmark, averaged over problems.
+def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
+    """The answer a response votes for in maj@k, or None (no answer: it does not vote).
+
+    strict: the authors' normalised last `Answer:` in the last 300 characters; equiv: the normalised, cleaned final
+    answer (`Answer:` line, else the last `\\boxed{}`).
+
+    >>> vote_answer("so 2+2 = 4.\\nAnswer: $4$"), vote_answer("no idea")
+    ('4', None)
+    """
+    if mode == "strict":
+        raw = extract_strict(response)
+        raw = None if raw == INVALID else raw
+    else:
+        raw = extract_final_answer(response)
+        raw = None if raw is None else clean_answer(raw)
+    key = None if raw is None else normalize_answer(raw)
+    return key or None
+
+
+def majority_correct(votes: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """Whether the majority answer of one problem's samples is correct.
+
+    `votes[i]` is sample i's answer (None: no vote), `correct[i]` its correctness. Most votes win; a tie goes to the
+    tied answer sampled first; the verdict is that of the first sample carrying the winner; no votes: False.
+
+    >>> majority_correct(["5", "7", "7", "5", None], [False, True, True, False, False])  # 2-2 tie: "5" came first
+    False
+    """
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, v in enumerate(votes):
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+            first.setdefault(v, i)
+    if not counts:
+        return False
+    winner = max(counts, key=lambda v: (counts[v], -first[v]))
+    return bool(correct[first[winner]])
+
+
+def maj_ks(n: int) -> list[int]:
+    """Sizes for maj@: those of pass@ (1, 2, 4, ... <= n), then n itself."""
+    ks = [j for j in PASS_KS if j <= n]
+    return ks if n in ks else ks + [n]
+
+
+def benchmark_metrics(
+    correct: Sequence[Sequence[bool]], votes: Sequence[Sequence[str | None]] | None = None
+) -> dict[str, float]:
+    """mean@n, pass@j, best@j, worst@j (and maj@j when `votes` is given) of a benchmark, averaged over problems.
 
     correct: one row per problem, n booleans each (every problem has the same n).
+    votes: the same shape, each sample's `vote_answer` (None = no answer).
     """
     if not correct:
         raise ValueError("benchmark_metrics: no problems")
@@ -96,6 +163,12 @@ def benchmark_metrics(correct: Sequence[Sequence[bool]]) -> dict[str, float]:
         best_worst = [bootstrap_best_worst(row, j) for row in correct]
         out[f"best@{j}"] = sum(b for b, _ in best_worst) / len(best_worst)
         out[f"worst@{j}"] = sum(w for _, w in best_worst) / len(best_worst)
+    if votes is not None:
+        if len(votes) != len(correct) or any(len(v) != n for v in votes):
+            raise ValueError("benchmark_metrics: votes must have the shape of correct")
+        for j in maj_ks(n):
+            solved = [majority_correct(v[:j], c[:j]) for v, c in zip(votes, correct, strict=True)]
+            out[f"maj@{j}"] = sum(solved) / len(solved)
     return out
 
 
@@ -156,20 +229,30 @@ def model_sampler(
 
     def draw(problems: Sequence[Problem], n: int) -> list[list[str]]:
         prompts = [encode_messages(tokenizer, p.prompt, max_length=max_prompt_length) for p in problems]
-        rollout = sample(
-            model,
-            tokenizer,
-            prompts,
-            n=n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=batch_size,
-            generator=generator,
-            progress=progress,
-        )
-        texts = rollout.texts  # rows i*n .. i*n+n-1 belong to problem i
-        return [texts[i * n : (i + 1) * n] for i in range(len(problems))]
+        step = batch_size or len(prompts)
+        bar = None
+        if progress:  # one bar over problems; chunking as `sample` does it, so the draws are the same
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(prompts), desc="sampling", unit="problem", dynamic_ncols=True)
+        texts = []
+        for s in range(0, len(prompts), step):
+            chunk = prompts[s : s + step]
+            texts += sample(
+                model,
+                tokenizer,
+                chunk,
+                n=n,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                generator=generator,
+            ).texts
+            if bar is not None:
+                bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+        return [texts[i * n : (i + 1) * n] for i in range(len(problems))]  # rows i*n .. i*n+n-1: problem i
 
     return draw
 
@@ -188,6 +271,7 @@ class BenchmarkResult:
     responses: list[list[str]]
     correct: list[list[bool]]
     metrics: dict[str, float] = field(default_factory=dict)
+    votes: list[list[str | None]] = field(default_factory=list)
 
 
 def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
@@ -235,7 +319,9 @@ def run_benchmarks(
             [bool(math_score(text, p.answer, mode, timeout=timeout)) for text in texts]
             for p, texts in zip(problems, responses, strict=True)
         ]
-        results.append(BenchmarkResult(bench.name, problems, responses, correct, benchmark_metrics(correct)))
+        votes = [[vote_answer(text, mode) for text in texts] for texts in responses]
+        metrics = benchmark_metrics(correct, votes)
+        results.append(BenchmarkResult(bench.name, problems, responses, correct, metrics, votes))
     return results
 
 
@@ -387,21 +473,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_benchmarks(benches, sampler, k=args.k, mode=args.mode)
     print(format_table(results))
     if out is not None:
-        report = {
-            "model": args.model,
-            "data": args.data,
-            "k": args.k,
-            "mode": args.mode,
-            "max_new_tokens": args.max_new_tokens,
-            "seed": args.seed,
-            "metrics": flat_metrics(results),
-            "benchmarks": {r.name: {"problems": len(r.problems), **r.metrics} for r in results},
-        }
-        (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
-        with (out / "samples.jsonl").open("w") as f:
-            for r in results:
-                for p, texts, ok in zip(r.problems, r.responses, r.correct, strict=True):
-                    row = {"benchmark": r.name, "data_source": p.data_source, "prompt": p.text, "answer": p.answer}
-                    f.write(json.dumps(row | {"responses": texts, "correct": ok}) + "\n")
-        print(f"wrote {out / 'metrics.json'} and {out / 'samples.jsonl'}", file=sys.stderr)
+        write_report(out, args, results)
     return 0
+
+
+def write_report(out: Path, args: argparse.Namespace, results: Sequence[BenchmarkResult]) -> None:
+    """metrics.json, samples.jsonl (responses, correctness and votes) and passk_majk.png in `out`."""
+    report = {
+        "model": args.model,
+        "data": args.data,
+        "k": args.k,
+        "mode": args.mode,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+        "metrics": flat_metrics(results),
+        "benchmarks": {r.name: {"problems": len(r.problems), **r.metrics} for r in results},
+    }
+    (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
+    with (out / "samples.jsonl").open("w") as f:
+        for r in results:
+            for p, texts, ok, votes in zip(r.problems, r.responses, r.correct, r.votes, strict=True):
+                row = {"benchmark": r.name, "data_source": p.data_source, "prompt": p.text, "answer": p.answer}
+                f.write(json.dumps(row | {"responses": texts, "correct": ok, "votes": votes}) + "\n")
+    plot = plot_pass_maj(results, out / "passk_majk.png")
+    written = ", ".join(str(x) for x in (out / "metrics.json", out / "samples.jsonl", plot) if x is not None)
+    print(f"wrote {written}", file=sys.stderr)
+
+
+def pass_maj_curves(results: Sequence[BenchmarkResult]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{benchmark: {"pass": [(j, pass@j)...], "maj": [(j, maj@j)...]}}, sorted by j: what the plot shows."""
+    curves = {}
+    for r in results:
+        curves[r.name] = {
+            kind: sorted((int(key.split("@")[1]), v) for key, v in r.metrics.items() if key.startswith(f"{kind}@"))
+            for kind in ("pass", "maj")
+        }
+    return curves
+
+
+def plot_pass_maj(results: Sequence[BenchmarkResult], path: Path) -> Path | None:
+    """PNG of pass@j and maj@j against j (log2 axis), one panel per benchmark; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        return None
+    curves = pass_maj_curves(results)
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
+    for ax, (name, c) in zip(axes.flat, curves.items(), strict=True):
+        for kind, marker in (("pass", "o"), ("maj", "s")):
+            if c[kind]:
+                ax.plot(*zip(*c[kind], strict=True), marker=marker, label=f"{kind}@k")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("k (samples per problem)")
+        ax.set_title(name)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)

@@ -78,7 +78,8 @@ def to_floats(metrics: dict[str, torch.Tensor | float | int]) -> dict[str, float
     tkeys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
     out = {k: float(v) for k, v in metrics.items() if not isinstance(v, torch.Tensor)}
     if tkeys:
-        values = torch.stack([metrics[k].detach().float().reshape(()) for k in tkeys]).tolist()
+        dev = metrics[tkeys[0]].device  # on CUDA some metrics are host scalars (optim/skipped): gather on one device
+        values = torch.stack([metrics[k].detach().float().reshape(()).to(dev) for k in tkeys]).tolist()
         out.update(zip(tkeys, values, strict=True))
     return out
 

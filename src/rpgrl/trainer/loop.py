@@ -47,6 +47,7 @@ from rpgrl.trainer.checkpoint import (
     set_rng_state,
     write_text_atomic,
 )
+from rpgrl.trainer.device import model_device, resolve_device
 from rpgrl.trainer.log import (
     MetricsFile,
     Progress,
@@ -61,6 +62,7 @@ from rpgrl.trainer.log import (
 )
 from rpgrl.trainer.reference import Anchor, anchor_kl
 from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
+from rpgrl.trainer.trackers import make_tracker
 
 
 def train(
@@ -98,7 +100,7 @@ def train(
     benchmarks = load_benchmarks(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params)
-    generator = torch.Generator().manual_seed(cfg.train.seed)
+    generator = torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed)
     stream = PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle)
     state: dict[str, Any] = {"start_accuracy": None, "collapse_run": 0, "best_accuracy": None, "sft": None}
     state["tracker"] = _tracker(cfg)
@@ -120,6 +122,7 @@ def train(
         del saved
 
     # --- Run directory: resolved config; metrics and evaluations cut back to the checkpoint
+    tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), start_step if ckpt is not None else None)
     out.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
@@ -136,14 +139,16 @@ def train(
     if anchor is None:
         anchor = Anchor(cfg.ref, model)  # after the warm start: `fixed` anchors the model RL starts from
     if state["start_accuracy"] is None:
-        state["start_accuracy"] = run_eval(model, tokenizer, task, benchmarks, cfg, 0, state, out)["eval/accuracy"]
+        first = run_eval(model, tokenizer, task, benchmarks, cfg, 0, state, out)
+        tracker.log(first)
+        state["start_accuracy"] = first["eval/accuracy"]
         print0(f"held-out greedy accuracy before RL: {100 * state['start_accuracy']:.1f}%")
         if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
             _save(out, 0, model, opt, anchor, stream, generator, state, cfg)
 
     if stop is not None and stop.received is not None:  # signalled during the warm start or the first evaluation
         _save(out, start_step, model, opt, anchor, stream, generator, state, cfg)
-        raise Interrupted(stop.received, start_step, out)
+        _stop_if_signalled(stop, start_step, out, tracker)
     metrics_file = MetricsFile(out / "metrics.jsonl")
     progress = Progress(cfg.train.max_steps, start_step, cfg.train.progress)
     rl_begin = last_save = time.perf_counter()
@@ -183,6 +188,7 @@ def train(
             with _averaged_weights(opt):
                 row.update(run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out))
         metrics_file.write(row)
+        tracker.log(row)
         progress.update(row)
 
         # --- Collapse guard: stop when nothing has been correct for a while
@@ -201,6 +207,7 @@ def train(
         if signalled:
             progress.close()
             metrics_file.close()
+            tracker.close()
             raise Interrupted(stop.received, step, out)
         if stopped:
             print0(f"stopping at step {step}: {stopped}")
@@ -208,12 +215,15 @@ def train(
     progress.close()
     metrics_file.close()
     rl_time = time.perf_counter() - rl_begin
-    _stop_if_signalled(stop, step, out)  # after the last step's checkpoint: a resume runs only the final phase
+    _stop_if_signalled(stop, step, out, tracker)  # after the last step's checkpoint: a resume runs the final phase
 
     # --- Final evaluation on the averaged weights, exported model, curves, summary
     if hasattr(opt, "eval"):
         opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
-    end_acc = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out, final=True)["eval/accuracy"]
+    last = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out, final=True)
+    tracker.log(last)
+    tracker.close()
+    end_acc = last["eval/accuracy"]
     _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
@@ -319,6 +329,7 @@ def build_model(cfg: Config):
     from rpgrl import models
 
     m = cfg.model
+    device = resolve_device(cfg.train.device)  # first: a missing GPU fails before anything is built
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m.dtype]
     if m.path == "tiny":
         if cfg.synthetic:
@@ -340,7 +351,7 @@ def build_model(cfg: Config):
         ).to(dtype)
     else:
         model, tokenizer = models.load_model(m.path, dtype=dtype)
-    return model.eval(), tokenizer
+    return model.to(device).eval(), tokenizer
 
 
 @dataclasses.dataclass
@@ -623,6 +634,7 @@ def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator,
         t = time.perf_counter()
         answers = [task.train_answers[idx[g]] for g in rollout.group.tolist()]
         rewards, correct, parts = score(reward_fn, cfg.data.reward, rollout.texts, answers)
+        rewards, correct = rewards.to(rollout.group.device), correct.to(rollout.group.device)
         if r.overlong_buffer > 0:
             rewards = rewards + overlong_penalty(
                 rollout.lengths, r.max_new_tokens, r.overlong_buffer, r.overlong_factor, dtype=rewards.dtype
@@ -687,9 +699,12 @@ def minibatches(group: torch.Tensor, prompts_per_mb: int | None) -> list[torch.T
     return list(rows.split(sizes))
 
 
-def _stop_if_signalled(stop: StopSignals | None, step: int, out: Path) -> None:
-    """Raise `Interrupted` if a SIGTERM/SIGINT arrived (the checkpoint of `step` is already written)."""
+def _stop_if_signalled(stop: StopSignals | None, step: int, out: Path, tracker=None) -> None:
+    """Raise `Interrupted` if a SIGTERM/SIGINT arrived (the checkpoint of `step` is already written), closing the
+    experiment tracker first."""
     if stop is not None and stop.received is not None:
+        if tracker is not None:
+            tracker.close()
         raise Interrupted(stop.received, step, out)
 
 

@@ -40,7 +40,7 @@ def anchor_kl(
     Shapes: logp, old_logp, anchor_logp, mask: (B, T).
     """
     m = mask.bool()
-    zero = torch.zeros((), dtype=logp.dtype)
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     logp, old_logp, anchor_logp = (torch.where(m, x.detach(), zero) for x in (logp, old_logp, anchor_logp))
     return masked_mean(torch.exp(logp - old_logp) * k3(anchor_logp - logp), mask)
 

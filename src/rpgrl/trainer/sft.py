@@ -20,6 +20,7 @@ import torch
 
 from rpgrl.rewards import get_reward
 from rpgrl.rollout import make_rollout, sample, token_logprobs
+from rpgrl.trainer.device import model_device
 
 if TYPE_CHECKING:
     from rpgrl.config import SFTConfig
@@ -97,7 +98,7 @@ def sft_loss(model, tokenizer, prompts: Sequence[Sequence[int]], targets: Sequen
 
     Goes through `make_rollout` + `token_logprobs`, the same left-padded layout and position ids as RL updates.
     """
-    batch = make_rollout(tokenizer, prompts, targets)
+    batch = make_rollout(tokenizer, prompts, targets, device=model_device(model))
     logp, _ = token_logprobs(model, batch)  # (B, T)
     return -(logp * batch.response_mask).sum() / batch.response_mask.sum()
 
@@ -186,6 +187,8 @@ def warm_start(
     model.eval()
     if step == 0 or math.isnan(greedy_acc):
         greedy_acc = accuracy(model, tokenizer, val_problems, greedy=True, max_new_tokens=max_new_tokens)
+    if model_device(model).type != "cpu":  # sampling draws on the model's device; the data order stays on the CPU
+        gen = torch.Generator(device=model_device(model)).manual_seed(seed)
     sampled_acc = accuracy(model, tokenizer, val_problems, greedy=False, max_new_tokens=max_new_tokens, generator=gen)
     return SFTStats(
         steps=step,

@@ -1,0 +1,97 @@
+"""`train.device`: auto/cpu/cuda resolution, the one-line error without CUDA, and no device named in the trainer."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+import rpgrl
+from rpgrl.errors import UsageError
+from rpgrl.trainer.device import resolve_device
+
+SRC = Path(rpgrl.__file__).parent
+
+
+def test_auto_follows_cuda_availability(monkeypatch):
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")  # this machine: no CUDA
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(UsageError, match="no CUDA device"):
+        resolve_device("cuda")
+
+
+def test_cuda_without_cuda_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from rpgrl.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--max-steps", "1", "--sft.max_steps", "0", "--train.device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rpgrl train: error: train.device cuda: no CUDA") and err.count("\n") == 1
+    assert not out.exists()
+    assert main(["train", "--out", str(out), "--train.device", "gpu"]) == 2
+    assert "expected one of auto, cpu, cuda" in capsys.readouterr().err
+
+
+# Files whose tensors must follow the model: the trainer, the sampler, the advantage and shaping math it calls.
+AUDITED = sorted((SRC / "trainer").glob("*.py")) + [SRC / "rollout.py", SRC / "advantages.py", SRC / "shaping.py"]
+# Host-side generators on purpose: data order (PromptStream, the warm start's order), never used to sample tokens.
+HOST_GENERATORS = {("loop.py", "_permutation"), ("sft.py", "warm_start")}
+
+
+def _device_literals(path: Path) -> list[str]:
+    """Places in `path` that name a device: `device="..."`, `.to("cuda"/"cpu")`, `.cuda()`, `torch.device("...")`,
+    and `torch.Generator()` without `device=` (outside HOST_GENERATORS)."""
+    tree = ast.parse(path.read_text())
+    owner = {}  # call node -> name of the innermost function holding it
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                owner[node] = fn.name  # inner functions are walked later and overwrite
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        attr = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        const_args = [a for a in node.args if isinstance(a, ast.Constant) and a.value in ("cpu", "cuda")]
+        if any(k.arg == "device" and isinstance(k.value, ast.Constant) for k in node.keywords):
+            found.append(f"{path.name}:{node.lineno} device= literal")
+        if attr in ("to", "device") and const_args:
+            found.append(f"{path.name}:{node.lineno} {attr}({const_args[0].value!r})")
+        if attr == "cuda":
+            found.append(f"{path.name}:{node.lineno} .cuda()")
+        if attr == "Generator" and not any(k.arg == "device" for k in node.keywords):
+            name = owner.get(node, "<module>")
+            if (path.name, name) not in HOST_GENERATORS:
+                found.append(f"{path.name}:{node.lineno} torch.Generator() without device= in {name}")
+    return sorted(set(found))
+
+
+def test_the_trainer_names_no_device():
+    assert len(AUDITED) >= 8
+    bad = [hit for p in AUDITED if p.name != "device.py" for hit in _device_literals(p)]
+    assert bad == []
+
+
+def test_the_audit_finds_what_it_looks_for(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import torch\n"
+        "def f(x):\n"
+        "    g = torch.Generator()\n"
+        "    y = torch.zeros(3, device='cpu')\n"
+        "    return x.to('cuda'), x.cuda(), torch.device('cpu'), torch.Generator(device=x.device)\n"
+    )
+    assert _device_literals(bad) == [
+        "bad.py:3 torch.Generator() without device= in f",
+        "bad.py:4 device= literal",
+        "bad.py:5 .cuda()",
+        "bad.py:5 device('cpu')",
+        "bad.py:5 to('cuda')",
+    ]
