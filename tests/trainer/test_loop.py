@@ -252,18 +252,9 @@ def test_file_dataset_with_benchmark_eval(tmp_path):
 def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, style):
     """One epoch of one mini-batch: the old log-probs are the update's own forward, detached (one policy forward
     per micro-batch, not two), and the run matches one that recomputes them in a separate no-grad pass."""
-    import rpgrl.rollout
-
     cfg = tiny(("train.mini_batch_prompts", "none"), ("train.max_steps", "2"), ("optim.name", optim),
                ("loss.style", style))  # fmt: skip
-    calls = {True: 0, False: 0}
-    real = rpgrl.rollout.token_logprobs
-
-    def counted(*args, **kwargs):
-        calls[torch.is_grad_enabled()] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
+    calls = _count_logprob_passes(monkeypatch)
     loop.train(cfg, tmp_path / "reuse")
     micro = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // cfg.train.micro_batch_size)  # ceil
     assert calls == {True: 2 * micro, False: 0}
@@ -339,16 +330,7 @@ def test_off_policy_update_shows_the_regime(tmp_path):
 def test_off_policy_old_logp_from_the_sampler_equals_a_forward_pass(tmp_path, monkeypatch, style):
     """Off-policy, pi_old's log-probs can be the sampler's own (no no-grad pass at all) or a separate forward pass:
     in float32 the two agree to float rounding, so the runs agree to rounding too."""
-    import rpgrl.rollout
-
-    calls = {True: 0, False: 0}
-    real = rpgrl.rollout.token_logprobs
-
-    def counted(*args, **kwargs):
-        calls[torch.is_grad_enabled()] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
+    calls = _count_logprob_passes(monkeypatch)
     runs = {}
     for source in ("sampler", "forward"):
         cfg = tiny(("train.old_logp", source), ("train.max_steps", "3"), ("optim.warmup_steps", "0"),
@@ -399,3 +381,18 @@ def test_signal_during_the_final_evaluation_stops_before_the_export(tmp_path, mo
     summary = loop.train(cfg, tmp_path / "run", resume=True)
     assert summary["steps"] == 2 and (tmp_path / "run" / "model" / "config.json").is_file()
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
+
+
+def _count_logprob_passes(monkeypatch) -> dict[bool, int]:
+    """Count the trainer's token_logprobs calls, keyed by whether gradients were enabled (update vs no-grad pass)."""
+    import rpgrl.rollout
+
+    calls = {True: 0, False: 0}
+    real = rpgrl.rollout.token_logprobs
+
+    def counted(*args, **kwargs):
+        calls[torch.is_grad_enabled()] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
+    return calls
