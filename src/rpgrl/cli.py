@@ -1,4 +1,4 @@
-"""The `rpgrl` command: `rpgrl train|eval|verify ...`.
+"""The `rpgrl` command: `rpgrl train|eval|verify|reproduce ...`.
 
 Each subcommand lives next to what it runs and is imported lazily, so `rpgrl verify` needs only torch.
 Errors a user can fix (bad config key, missing file, malformed data) print one line and exit with code 2.
@@ -16,12 +16,13 @@ COMMANDS = {
     "train": ("rpgrl.trainer.cli", "main", "train a policy (no preset = the embedded CPU default)"),
     "eval": ("rpgrl.evaluation", "main", "score a model on AIME/AMC parquet files (mean@k, pass@k, maj@k)"),
     "verify": ("rpgrl.verify", "main", "prove every RPG surrogate exact by enumeration, and the clip row by row"),
+    "reproduce": ("rpgrl.reproduce.cli", "main", "rerun the paper's claims at small scale, with seeds and intervals"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: rpgrl COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<8} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -201,6 +201,9 @@ class EvalConfig:
     """evaluate every this many training steps (0 = only before and after RL)"""
     max_problems: int | None = None
     """evaluate on at most this many problems per held-out set / benchmark (None = all)"""
+    val_samples: int = 0
+    """held-out set: also sample this many responses per problem at the rollout temperature and report their mean
+    accuracy (`eval/sampled_accuracy`, mean@k; 0 = off); seeded by train.seed and the step, apart from training"""
     benchmarks: str | None = None
     """comma-separated evaluation files (the AIME/AMC parquet files of spec 10), scored with mean@k, pass@k and
     best@k by rpgrl.evaluation, with the paper's Last/Best; None = off"""
@@ -508,6 +511,7 @@ def check(cfg: Config) -> Config:
         need(v >= 1, key, f"must be >= 1, got {v}")
     for key, v in [("train.max_steps", t.max_steps), ("sft.max_steps", s.max_steps), ("eval.every", e.every),
                    ("rollout.overlong_buffer", r.overlong_buffer), ("train.collapse_patience", t.collapse_patience),
+                   ("eval.val_samples", e.val_samples),
                    ("optim.warmup_steps", o.warmup_steps)]:  # fmt: skip
         need(v >= 0, key, f"must be >= 0, got {v}")
     need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")

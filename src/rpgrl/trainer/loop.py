@@ -774,6 +774,32 @@ def greedy_accuracy(model, tokenizer, prompts: list[list[int]], answers: list[st
     return sum(bool(reward_fn(t, a).correct) for t, a in zip(r.texts, answers, strict=True)) / len(prompts)
 
 
+def sampled_accuracy(
+    model, tokenizer, prompts: list[list[int]], answers: list[str], cfg: Config, k: int, seed: int
+) -> float:
+    """Mean accuracy of `k` responses per prompt sampled at the rollout temperature/top-p (mean@k), drawn from a
+    generator seeded by `seed` alone, so training's sampler state is untouched; NaN without prompts."""
+    from rpgrl.rewards import get_reward
+    from rpgrl.rollout import sample
+
+    if not prompts:
+        return float("nan")
+    reward_fn = get_reward(cfg.data.reward)
+    r = sample(
+        model,
+        tokenizer,
+        prompts,
+        n=k,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        batch_size=max(1, cfg.rollout.gen_batch_size // k),
+        generator=torch.Generator(device=model_device(model)).manual_seed(seed),
+    )
+    scored = [bool(reward_fn(t, answers[i // k]).correct) for i, t in enumerate(r.texts)]
+    return sum(scored) / len(scored)
+
+
 def run_eval(
     model, tokenizer, task: Task, benchmarks: list, cfg: Config, step: int, state: dict, out: Path, final: bool = False
 ) -> dict:
@@ -782,6 +808,9 @@ def run_eval(
     prompts, answers = _eval_slice(task, cfg)
     t = time.perf_counter()
     row: dict[str, Any] = {"step": step, "eval/accuracy": greedy_accuracy(model, tokenizer, prompts, answers, cfg)}
+    if cfg.eval.val_samples:
+        seed, k = cfg.train.seed * 1_000_003 + step, cfg.eval.val_samples
+        row["eval/sampled_accuracy"] = sampled_accuracy(model, tokenizer, prompts, answers, cfg, k, seed)
     if benchmarks:
         from rpgrl.evaluation import evaluate
 

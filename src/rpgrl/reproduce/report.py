@@ -1,0 +1,240 @@
+"""From run records to the suite's results: per-arm intervals, paired comparisons, verdicts, JSON, Markdown, plots.
+
+Everything in `docs/results.md` is generated here from the records; nothing is typed by hand. A comparison's
+status follows from its 95% interval of the per-seed difference and what the paper leads one to expect:
+    higher   supports when the interval lies above 0, contradicts when below, else unresolved
+    similar  consistent when the interval contains 0, contradicts otherwise
+    differs  supports when the interval excludes 0, else unresolved
+and a claim's verdict from its comparisons' statuses (`verdict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from rpgrl.config import Config, config_to_dict
+from rpgrl.reproduce.claims import Claim
+from rpgrl.reproduce.stats import Interval, mean_interval, paired_difference
+
+LABELS = {
+    "final": "greedy Last",
+    "best": "greedy Best",
+    "sampled": "sampled mean@k",
+    "entropy": "entropy",
+    "reward": "reward",
+    "length": "length",
+    "max_log_w": "max abs log w",
+    "collapsed": "collapsed",
+}
+POINTS = {"final", "best", "sampled", "reward"}  # fractions shown as percentage points
+
+
+def metric_values(runs: dict[int, dict], metric: str) -> dict[int, float]:
+    """Per seed, the metric's value (collapsed as 0/1); seeds where it is missing or NaN are left out."""
+    out = {}
+    for seed, r in runs.items():
+        v = r.get(metric)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        out[seed] = float(v)
+    return out
+
+
+def status(diff: Interval, expect: str) -> str:
+    if diff.n == 0 or math.isnan(diff.mean):
+        return "no data"
+    if expect == "higher":
+        return "supports" if diff.low > 0 else "contradicts" if diff.high < 0 else "unresolved"
+    if expect == "similar":
+        return "contradicts" if diff.excludes_zero() else "consistent"
+    return "supports" if diff.excludes_zero() else "unresolved"
+
+
+def verdict(statuses: list[str]) -> str:
+    """One word-group for a claim from its comparisons' statuses."""
+    good = sum(s in ("supports", "consistent") for s in statuses)
+    bad = sum(s == "contradicts" for s in statuses)
+    if not statuses or all(s == "no data" for s in statuses):
+        return "No data yet"
+    if bad and good:
+        return "Mixed at this scale"
+    if bad:
+        return "Contradicted at this scale"
+    if good == len(statuses):
+        return "Reproduced at this scale"
+    if good:
+        return "Partly reproduced at this scale"
+    return "Not resolved at this scale"
+
+
+def config_changes(cfg: Config, base: Config) -> list[str]:
+    """The `--section.field value` flags that turn `base` into `cfg`."""
+    a, b = config_to_dict(cfg), config_to_dict(base)
+    return [
+        f"--{sec}.{k} {_flag(v)}"
+        for sec in a
+        for k, v in a[sec].items()
+        if v != b[sec][k] and not (sec == "model" and k == "path")
+    ]
+
+
+def _flag(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def claim_result(claim: Claim, runs: dict[str, dict[int, dict]], base: Config, seeds: list[int]) -> dict:
+    """`runs`: arm name -> seed -> record. The claim's JSON result: arms with intervals, comparisons, verdict."""
+    arms = []
+    for arm in claim.arms:
+        r = runs.get(arm.name, {})
+        summary = {}
+        for m in {*claim.columns, "final", "start", "wall_seconds", "reward", "entropy"}:
+            iv = mean_interval(list(metric_values(r, m).values()))
+            summary[m] = dataclasses.asdict(iv)
+        arms.append(
+            {
+                "name": arm.name,
+                "flags": config_changes(arm.config(base), base),
+                "seeds": sorted(r),
+                "collapses": sum(bool(x.get("collapsed")) for x in r.values()),
+                "summary": summary,
+                "runs": {str(s): {k: v for k, v in x.items() if k != "curves"} for s, x in sorted(r.items())},
+                "curves": _mean_curves(list(r.values())),
+            }
+        )
+    comps = []
+    for c in claim.comparisons:
+        a, b = metric_values(runs.get(c.a, {}), c.metric), metric_values(runs.get(c.b, {}), c.metric)
+        diff = paired_difference(a, b)
+        comps.append(
+            {**dataclasses.asdict(c), "difference": dataclasses.asdict(diff), "status": status(diff, c.expect)}
+        )
+    complete = all(len(runs.get(a.name, {})) >= len(seeds) for a in claim.arms)
+    return {
+        "name": claim.name,
+        "title": claim.title,
+        "paper": claim.paper,
+        "columns": list(claim.columns),
+        "arms": arms,
+        "comparisons": comps,
+        "complete": complete,
+        "verdict": verdict([c["status"] for c in comps]),
+    }
+
+
+def _mean_curves(records: list[dict]) -> dict[str, list[float | None]]:
+    """Per step, the mean over seeds of each curve (steps some runs did not reach average the others)."""
+    out: dict[str, list[float | None]] = {}
+    for key in ("reward", "entropy", "length"):
+        curves = [r["curves"][key] for r in records if r.get("curves")]
+        n = max((len(c) for c in curves), default=0)
+        col = []
+        for i in range(n):
+            vals = [c[i] for c in curves if i < len(c) and c[i] is not None]
+            col.append(sum(vals) / len(vals) if vals else None)
+        out[key] = col
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _fmt(iv: dict, metric: str) -> str:
+    if not iv["n"] or math.isnan(iv["mean"]):
+        return "-"
+    scale = 100 if metric in POINTS else 1
+    digits = 1 if metric in POINTS else 2 if metric != "entropy" else 3
+    m, lo, hi = (iv[k] * scale for k in ("mean", "low", "high"))
+    unit = "%" if metric in POINTS else ""
+    return f"{m:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _diff_text(c: dict) -> str:
+    d = c["difference"]
+    if not d["n"]:
+        return f"{c['a']} vs {c['b']} on {LABELS[c['metric']]}: no paired seeds yet"
+    pts = c["metric"] in POINTS
+    scale, unit = (100, " points") if pts else (1, "")
+    digits = 1 if pts else 3
+    return (
+        f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit} "
+        f"[{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}] over {d['n']} seeds, expected "
+        f"{c['expect']}: **{c['status']}**"
+    )
+
+
+def claim_markdown(res: dict, plot_dir: str, n_seeds: int) -> str:
+    cols = res["columns"]
+    lines = [f"## {res['title']} (`{res['name']}`)", "", f"**Paper.** {res['paper']}", ""]
+    para = f"**Verdict: {res['verdict']}.** " + " ".join(_diff_text(c) + "." for c in res["comparisons"])
+    collapsed = [f"{a['name']} {a['collapses']}/{len(a['seeds'])}" for a in res["arms"] if a["collapses"]]
+    para += f" Collapsed runs: {', '.join(collapsed)}." if collapsed else " No run collapsed."
+    if not res["complete"]:
+        para += f" Incomplete: not every arm has {n_seeds} seeds yet; numbers are over the seeds that ran."
+    lines += [para, ""]
+    lines.append("| arm | seeds | " + " | ".join(LABELS[c] for c in cols) + " | wall time per run |")
+    lines.append("|---|---:|" + "---:|" * (len(cols) + 1))
+    for a in res["arms"]:
+        cells = [f"{a['collapses']}/{len(a['seeds'])}" if c == "collapsed" else _fmt(a["summary"][c], c) for c in cols]
+        wall = a["summary"]["wall_seconds"]
+        lines.append(
+            f"| {a['name']} | {len(a['seeds'])} | " + " | ".join(cells) + f" | {wall['mean']:.0f} s |"
+            if wall["n"]
+            else f"| {a['name']} | 0 | " + " | ".join("-" for _ in cols) + " | - |"
+        )
+    lines += ["", f"![{res['name']}]({plot_dir}/{res['name']}.png)", ""]
+    lines.append("<details><summary>flags of each arm (on top of the suite's base config)</summary>\n")
+    lines += [f"- {a['name']}: `{' '.join(a['flags']) or '(the base config)'}`" for a in res["arms"]]
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def plot_claim(res: dict, path: Path) -> None:
+    """Final greedy accuracy per arm with its interval, and the per-step mean reward, entropy and length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    arms = res["arms"]
+    names = [a["name"] for a in arms]
+    means = [100 * a["summary"]["final"]["mean"] if a["summary"]["final"]["n"] else 0 for a in arms]
+    err = [
+        [100 * (a["summary"]["final"]["mean"] - a["summary"]["final"]["low"]) if a["summary"]["final"]["n"] else 0
+         for a in arms],
+        [100 * (a["summary"]["final"]["high"] - a["summary"]["final"]["mean"]) if a["summary"]["final"]["n"] else 0
+         for a in arms],
+    ]  # fmt: skip
+    ax = axes[0]
+    ax.barh(range(len(arms)), means, xerr=err, color="tab:blue", alpha=0.7)
+    starts = [a["summary"]["start"]["mean"] for a in arms if a["summary"]["start"]["n"]]
+    if starts:
+        ax.axvline(100 * sum(starts) / len(starts), color="k", ls="--", lw=1, label="start of RL")
+        ax.legend(loc="lower right", fontsize=7)
+    ax.set_yticks(range(len(arms)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("held-out greedy accuracy at the end (%), 95% CI")
+    panels = {"reward": "mean reward", "entropy": "entropy (nats/token)", "length": "response length (tokens)"}
+    for ax, (key, label) in zip(axes[1:], panels.items(), strict=True):
+        for a in arms:
+            ys = a["curves"].get(key) or []
+            pts = [(i + 1, y) for i, y in enumerate(ys) if y is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), lw=1, label=a["name"])
+        ax.set_xlabel("RL step")
+        ax.set_title(label + " (mean over seeds)", fontsize=9)
+    axes[1].legend(fontsize=6, ncol=2)
+    fig.suptitle(res["title"])
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
