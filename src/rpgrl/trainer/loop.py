@@ -27,27 +27,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from rpgrl.config import Config, LossConfig, check, config_to_dict
-from rpgrl.errors import UsageError, first_line
+from rpgrl.config import Config, config_to_dict
+from rpgrl.errors import UsageError
 from rpgrl.trainer.checkpoint import (
     crash_point,
-    load_newest,
     remove_leftovers,
     rng_state,
     save_checkpoint,
-    set_rng_state,
     write_text_atomic,
 )
-from rpgrl.trainer.device import model_device, resolve_device
+from rpgrl.trainer.device import model_device
 from rpgrl.trainer.log import (
     MetricsFile,
     Progress,
@@ -61,7 +57,22 @@ from rpgrl.trainer.log import (
     truncate_metrics,
 )
 from rpgrl.trainer.reference import Anchor, anchor_kl
-from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
+from rpgrl.trainer.rundir import Interrupted, StopSignals
+from rpgrl.trainer.setup import (  # noqa: F401 - re-exported: loop.build_model etc. are used by name
+    PromptStream,
+    Run,
+    RunState,
+    Task,
+    anchor_kwargs,
+    build_model,
+    load_benchmarks,
+    load_task,
+    loss_options,
+    lr_multiplier,
+    make_optimizer,
+    open_run,
+    resolve_components,
+)
 from rpgrl.trainer.trackers import make_tracker
 
 
@@ -84,388 +95,166 @@ def train(
     run) raises UsageError before anything in `out` is created or changed.
     """
     t_begin = time.perf_counter()
-    cfg = check(cfg)
-    out = Path(out)
-    check_run_dir(out, resume)
-    ckpt, saved, skipped = load_newest(out / "checkpoints") if resume else (None, None, [])
-    if resume and ckpt is None:
-        raise UsageError(f"--resume: no checkpoint in {out / 'checkpoints'} loads: {'; '.join(skipped)}")
-    torch.set_num_threads(cfg.train.threads)
+    run = open_run(cfg, Path(out), resume)  # all input errors surface here, before `out` is touched
+    tracker = prepare_run_dir(run)
+    start_rl(run, tracker, stop)
+    step, stopped, rl_time = rl_loop(run, tracker, on_step, stop)
+    return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
 
-    # --- Resolve names and load model and data: all input errors surface here, before `out` is touched
-    reward_fn, adv_fn, loss_fn, loss_opts = resolve_components(cfg)
-    _seed_everything(cfg.train.seed)
-    model, tokenizer = build_model(cfg)
-    task = load_task(cfg, tokenizer)
-    benchmarks = load_benchmarks(cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(cfg, params)
-    generator = torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed)
-    stream = PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle)
-    state: dict[str, Any] = {"start_accuracy": None, "collapse_run": 0, "best_accuracy": None, "sft": None}
-    state["tracker"] = _tracker(cfg)
-    start_step, anchor = 0, None
-    if ckpt is not None:  # restore everything now, so a checkpoint that does not fit the config changes nothing
-        if saved.get("optimizer_name", cfg.optim.name) != cfg.optim.name:  # the states would load but mean nothing
-            raise UsageError(f"checkpoint {ckpt} was written by {saved['optimizer_name']}, not {cfg.optim.name}")
-        try:
-            model.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["optimizer"])
-            anchor = Anchor(cfg.ref, model)
-            anchor.load_state_dict(saved["anchor"])
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise UsageError(f"checkpoint {ckpt} does not fit this config: {first_line(e)}") from None
-        stream.load_state_dict(saved["data"])
-        set_rng_state(saved["rng"], generator)
-        start_step = saved["step"]
-        state.update(saved["trainer"])
-        del saved
 
-    # --- Run directory: resolved config; metrics and evaluations cut back to the checkpoint
-    tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), start_step if ckpt is not None else None)
+def prepare_run_dir(run: Run):
+    """The run directory: resolved config; metrics and evaluations cut back to the checkpoint. Returns the tracker."""
+    cfg, out, resumed = run.cfg, run.out, run.checkpoint is not None
+    tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), run.start_step if resumed else None)
     out.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
-    truncate_metrics(out / "metrics.jsonl", start_step)
-    truncate_metrics(out / "eval.jsonl", start_step, keep=lambda r: not r.get("final"))
+    truncate_metrics(out / "metrics.jsonl", run.start_step)
+    truncate_metrics(out / "eval.jsonl", run.start_step, keep=lambda r: not r.get("final"))
     _print_config(cfg, out)
-    if ckpt is not None:
-        fallback = f"; newer checkpoints do not load, skipped: {', '.join(skipped)}" if skipped else ""
-        print0(f"resuming from {ckpt} (step {start_step}){fallback}")
+    if resumed:
+        fallback = f"; newer checkpoints do not load, skipped: {', '.join(run.skipped)}" if run.skipped else ""
+        print0(f"resuming from {run.checkpoint} (step {run.start_step}){fallback}")
+    return tracker
 
-    # --- Supervised warm start (synthetic task only), then the held-out accuracy RL starts from
-    if ckpt is None and cfg.sft.max_steps > 0:
-        state["sft"] = _warm_start(model, tokenizer, task, cfg)
-    if anchor is None:
-        anchor = Anchor(cfg.ref, model)  # after the warm start: `fixed` anchors the model RL starts from
-    if state["start_accuracy"] is None:
-        first = run_eval(model, tokenizer, task, benchmarks, cfg, 0, state, out)
+
+def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
+    """Supervised warm start (synthetic task only) and the held-out accuracy RL starts from, checkpointed."""
+    cfg = run.cfg
+    if run.checkpoint is None and cfg.sft.max_steps > 0:
+        run.state.sft = _warm_start(run.model, run.tokenizer, run.task, cfg)
+    if run.anchor is None:
+        run.anchor = Anchor(cfg.ref, run.model)  # after the warm start: `fixed` anchors the model RL starts from
+    if run.state.start_accuracy is None:
+        first = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, 0, run.state, run.out)
         tracker.log(first)
-        state["start_accuracy"] = first["eval/accuracy"]
-        print0(f"held-out greedy accuracy before RL: {100 * state['start_accuracy']:.1f}%")
+        run.state.start_accuracy = first["eval/accuracy"]
+        print0(f"held-out greedy accuracy before RL: {100 * run.state.start_accuracy:.1f}%")
         if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
-            _save(out, 0, model, opt, anchor, stream, generator, state, cfg)
-
+            _save(run, 0)
     if stop is not None and stop.received is not None:  # signalled during the warm start or the first evaluation
-        _save(out, start_step, model, opt, anchor, stream, generator, state, cfg)
-        _stop_if_signalled(stop, start_step, out, tracker)
-    metrics_file = MetricsFile(out / "metrics.jsonl")
-    progress = Progress(cfg.train.max_steps, start_step, cfg.train.progress)
+        _save(run, run.start_step)
+        _stop_if_signalled(stop, run.start_step, run.out, tracker)
+
+
+def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, str | None, float]:
+    """The training steps, each followed by logging, the collapse guard and maybe a checkpoint.
+    Returns (last step, why it stopped early or None, seconds)."""
+    cfg, state = run.cfg, run.state
+    metrics_file = MetricsFile(run.out / "metrics.jsonl")
+    progress = Progress(cfg.train.max_steps, run.start_step, cfg.train.progress)
     rl_begin = last_save = time.perf_counter()
-    step, stopped = start_step, None
-    for step in range(start_step + 1, cfg.train.max_steps + 1):
-        t0 = time.perf_counter()
-        lr = cfg.optim.lr * lr_multiplier(step, cfg.optim.warmup_steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        row: dict[str, Any] = {"step": step, "optim/lr": lr}
-
-        # --- Sample and score; with dynamic sampling ('fill') keep generating until enough mixed groups
-        batch, rewards, sampled, timing = collect_batch(model, tokenizer, task, stream, generator, reward_fn, cfg)
-        row.update(sampled)
-
-        if len(batch) > 0:
-            row.update(update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, loss_opts, cfg,
-                                     sampled, timing))  # fmt: skip
-
-        # --- Log: one row per training step, converted to floats once
-        n_tokens = sampled["batch/sampled_tokens"]
-        step_time = time.perf_counter() - t0
-        row.update({f"perf/{k}_s": v for k, v in timing.items()})
-        row["perf/step_s"] = step_time
-        row["perf/tokens_per_s"] = n_tokens / step_time
-        row["perf/gen_tokens_per_s"] = n_tokens / max(timing["generation"], 1e-9)
-        row = to_floats(row)
-        row["step"] = step
-        bad = [k for k in non_finite(row) if not k.startswith("perf/")]
-        if bad:
-            raise FloatingPointError(f"step {step}: non-finite metrics {', '.join(bad)}")
-
-        # --- Anchor refresh (periodic / adaptive), then periodic evaluation
-        if anchor.after_step(step, model, row.get("kl/anchor", 0.0)):
-            row["ref/refreshed"] = 1.0
-        if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.max_steps:
-            with _averaged_weights(opt):
-                row.update(run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out))
+    step, stopped = run.start_step, None
+    for step in range(run.start_step + 1, cfg.train.max_steps + 1):
+        row = training_step(run, step)
         metrics_file.write(row)
         tracker.log(row)
         progress.update(row)
 
         # --- Collapse guard: stop when nothing has been correct for a while
-        state["collapse_run"] = state["collapse_run"] + 1 if row["reward/correct"] == 0 else 0
-        if cfg.train.collapse_patience and state["collapse_run"] >= cfg.train.collapse_patience:
-            stopped = f"collapsed: no correct response for {state['collapse_run']} steps (lower optim.lr?)"
+        state.collapse_run = state.collapse_run + 1 if row["reward/correct"] == 0 else 0
+        if cfg.train.collapse_patience and state.collapse_run >= cfg.train.collapse_patience:
+            stopped = f"collapsed: no correct response for {state.collapse_run} steps (lower optim.lr?)"
         # --- Checkpoint: every N steps, every M minutes, at the end, on SIGTERM/SIGINT
         crash_point("step-end")
         signalled = stop is not None and stop.received is not None
         overdue = cfg.train.checkpoint_minutes and time.perf_counter() - last_save >= 60 * cfg.train.checkpoint_minutes
         if step % cfg.train.checkpoint_every == 0 or step == cfg.train.max_steps or stopped or signalled or overdue:
-            _save(out, step, model, opt, anchor, stream, generator, state, cfg)
+            _save(run, step)
             last_save = time.perf_counter()
         if on_step is not None:
-            on_step(step, {"model": model, "optimizer": opt, "anchor": anchor, "row": row})
+            on_step(step, {"model": run.model, "optimizer": run.opt, "anchor": run.anchor, "row": row})
         if signalled:
             progress.close()
             metrics_file.close()
             tracker.close()
-            raise Interrupted(stop.received, step, out)
+            raise Interrupted(stop.received, step, run.out)
         if stopped:
             print0(f"stopping at step {step}: {stopped}")
             break
     progress.close()
     metrics_file.close()
-    rl_time = time.perf_counter() - rl_begin
-    _stop_if_signalled(stop, step, out, tracker)  # after the last step's checkpoint: a resume runs the final phase
+    return step, stopped, time.perf_counter() - rl_begin
 
-    # --- Final evaluation on the averaged weights, exported model, curves, summary
-    if hasattr(opt, "eval"):
-        opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
-    last = run_eval(model, tokenizer, task, benchmarks, cfg, step, state, out, final=True)
+
+def training_step(run: Run, step: int) -> dict[str, Any]:
+    """One training step: sample and score, update, then the anchor refresh and a periodic evaluation. Returns the
+    step's metrics row (floats)."""
+    cfg, model, opt = run.cfg, run.model, run.opt
+    t0 = time.perf_counter()
+    lr = cfg.optim.lr * lr_multiplier(step, cfg.optim.warmup_steps)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    row: dict[str, Any] = {"step": step, "optim/lr": lr}
+
+    # --- Sample and score; with dynamic sampling ('fill') keep generating until enough mixed groups
+    batch, rewards, sampled, timing = collect_batch(
+        model, run.tokenizer, run.task, run.stream, run.generator, run.reward_fn, cfg
+    )
+    row.update(sampled)
+    if len(batch) > 0:
+        row.update(update_policy(model, opt, run.params, batch, rewards, run.anchor, run.adv_fn, run.loss_fn,
+                                 run.loss_opts, cfg, sampled, timing))  # fmt: skip
+
+    # --- Log: one row per training step, converted to floats once
+    n_tokens = sampled["batch/sampled_tokens"]
+    step_time = time.perf_counter() - t0
+    row.update({f"perf/{k}_s": v for k, v in timing.items()})
+    row["perf/step_s"] = step_time
+    row["perf/tokens_per_s"] = n_tokens / step_time
+    row["perf/gen_tokens_per_s"] = n_tokens / max(timing["generation"], 1e-9)
+    row = to_floats(row)
+    row["step"] = step
+    bad = [k for k in non_finite(row) if not k.startswith("perf/")]
+    if bad:
+        raise FloatingPointError(f"step {step}: non-finite metrics {', '.join(bad)}")
+
+    # --- Anchor refresh (periodic / adaptive), then periodic evaluation
+    if run.anchor.after_step(step, model, row.get("kl/anchor", 0.0)):
+        row["ref/refreshed"] = 1.0
+    if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.max_steps:
+        with _averaged_weights(opt):
+            row.update(run_eval(model, run.tokenizer, run.task, run.benchmarks, cfg, step, run.state, run.out))
+    return row
+
+
+def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_begin: float, stop) -> dict:
+    """Final evaluation on the averaged weights, exported model, curves, summary."""
+    cfg, out, state = run.cfg, run.out, run.state
+    _stop_if_signalled(stop, step, out, tracker)  # after the last step's checkpoint: a resume runs the final phase
+    if hasattr(run.opt, "eval"):
+        run.opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
+    last = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, step, state, out, final=True)
     tracker.log(last)
     tracker.close()
     end_acc = last["eval/accuracy"]
     _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written
-    model.save_pretrained(out / "model")
-    tokenizer.save_pretrained(out / "model")
-    rows = read_metrics(out / "metrics.jsonl")
-    plot_metrics(rows, out / "curves.png")
+    run.model.save_pretrained(out / "model")
+    run.tokenizer.save_pretrained(out / "model")
+    plot_metrics(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     summary = {
         "steps": step,
-        "start_accuracy": state["start_accuracy"],
+        "start_accuracy": state.start_accuracy,
         "end_accuracy": end_acc,
-        "best_accuracy": state["best_accuracy"],
-        "gain_points": 100 * (end_acc - state["start_accuracy"]),
-        "benchmarks": state["tracker"].summary() if state["tracker"] is not None else None,
+        "best_accuracy": state.best_accuracy,
+        "gain_points": 100 * (end_acc - state.start_accuracy),
+        "benchmarks": state.tracker.summary() if state.tracker is not None else None,
         "stopped": stopped,
-        "sft": state["sft"],
+        "sft": state.sft,
         "rl_seconds": rl_time,
         "wall_seconds": time.perf_counter() - t_begin,
-        "eval_problems": len(_eval_slice(task, cfg)[0]),
+        "eval_problems": len(_eval_slice(run.task, cfg)[0]),
     }
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     if summary["eval_problems"]:
         print0(
             f"held-out greedy accuracy ({summary['eval_problems']} problems): start of RL "
-            f"{100 * state['start_accuracy']:.1f}% -> end {100 * end_acc:.1f}% ({summary['gain_points']:+.1f} points)"
+            f"{100 * state.start_accuracy:.1f}% -> end {100 * end_acc:.1f}% ({summary['gain_points']:+.1f} points)"
         )
     for bench, r in (summary["benchmarks"] or {}).items():
         print0(f"{bench}: mean@{cfg.eval.samples} last {r['last']:.4f}, best {r.get('best', float('nan')):.4f}")
     print0(f"{step} RL steps, {summary['wall_seconds']:.0f} s in total; run directory {out}")
     return summary
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Setup: registries, model, data
-
-
-def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[str, Any]]:
-    """(reward_fn, advantage_fn, loss_fn, loss options) from the registries, with the options checked once on a
-    tiny dummy batch so that an incompatible combination fails here with one line, not mid-run."""
-    from rpgrl.advantages import get_advantage
-    from rpgrl.objectives import get_loss
-    from rpgrl.rewards import get_reward
-
-    try:
-        reward_fn = get_reward(cfg.data.reward)
-        adv_fn = get_advantage(cfg.loss.advantage)
-        loss_fn = get_loss(cfg.loss.name)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    opts = loss_options(cfg.loss)
-    logp = torch.full((2, 3), -1.0, requires_grad=True)
-    try:
-        mask = torch.ones(2, 3)
-        adv = adv_fn(torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), mask)
-        extra = anchor_kwargs(
-            cfg.loss, torch.full((2, 3), -1.0) if cfg.ref.mode != "behaviour" else None, logp.detach()
-        )
-        loss_fn(logp, logp.detach(), adv, mask, **opts, **extra).loss.backward()
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"loss {cfg.loss.name!r} with these loss.* options: {e}") from None
-    return reward_fn, adv_fn, loss_fn, opts
-
-
-def loss_options(lc: LossConfig) -> dict[str, Any]:
-    """Keyword options for the registered loss `lc.name` (not the tensors, normalizer or anchor)."""
-    if lc.name == "rpg":
-        return dict(
-            divergence=lc.divergence,
-            style=lc.style,
-            beta=lc.beta,
-            level=lc.level,
-            agg=lc.agg,
-            clip=lc.clip,
-            eps_low=lc.eps_low,
-            eps_high=lc.eps_high,
-            c=lc.c,
-            branch=lc.clip_branch,
-            kl_in_clip=lc.kl_in_clip,
-            analogue=lc.analogue,
-            kl_value_clamp=lc.kl_clamp,
-        )
-    # PPO family (ppo, grpo, dapo, reinforce_pp): ratio clip always, dual clip c with clip='dual'
-    opts: dict[str, Any] = dict(
-        eps_low=lc.eps_low, eps_high=lc.eps_high, clip_c=lc.c if lc.clip == "dual" else None, agg=lc.agg
-    )
-    if lc.kl is not None:
-        opts.update(kl=lc.kl, beta=lc.beta, kl_clamp=lc.kl_clamp)
-    return opts
-
-
-def anchor_kwargs(lc: LossConfig, anchor_logp: torch.Tensor | None, old_logp: torch.Tensor) -> dict[str, Any]:
-    """How the anchor reaches the loss: rpg takes `anchor_logp` (None = the sampler); PPO-family losses with a KL
-    term take `ref_logp` (GRPO requires one: with the behaviour anchor that is `old_logp`, the iterative
-    reference of spec 6)."""
-    if lc.name == "rpg":
-        return {"anchor_logp": anchor_logp}
-    if lc.kl is None:
-        return {}
-    return {"ref_logp": old_logp if anchor_logp is None else anchor_logp}
-
-
-def build_model(cfg: Config):
-    """(model, tokenizer): the tiny local model (char tokenizer for the synthetic task, bytes otherwise) or a
-    Hugging Face folder (`model.path`). A missing folder raises UsageError."""
-    from rpgrl import models
-
-    m = cfg.model
-    device = resolve_device(cfg.train.device)  # first: a missing GPU fails before anything is built
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m.dtype]
-    if m.path == "tiny":
-        if cfg.synthetic:
-            from rpgrl.rewards.synthetic import CHARS
-
-            tokenizer = models.build_char_tokenizer(CHARS)
-        else:
-            tokenizer = models.build_byte_tokenizer()
-        model = models.build_tiny_model(
-            tokenizer,
-            hidden=m.hidden_size,
-            layers=m.num_layers,
-            heads=m.num_heads,
-            kv_heads=m.num_kv_heads,
-            ffn=m.intermediate_size,
-            tie_embeddings=m.tie_embeddings,
-            max_positions=max(2048, cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
-            seed=cfg.train.seed,
-        ).to(dtype)
-    else:
-        model, tokenizer = models.load_model(m.path, dtype=dtype)
-    return model.to(device).eval(), tokenizer
-
-
-@dataclasses.dataclass
-class Task:
-    """Encoded prompts and answers. `*_problems` are the synthetic Problem objects (None for file datasets)."""
-
-    train_prompts: list[list[int]]
-    train_answers: list[str]
-    val_prompts: list[list[int]]
-    val_answers: list[str]
-    train_problems: list | None = None
-    val_problems: list | None = None
-
-
-def encode_prompt(tokenizer, prompt: Any, *, chat: bool, max_length: int) -> list[int]:
-    """Token ids of one prompt (a string or chat messages): rendered with the chat template when `chat` and the
-    tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS).
-    Left-truncated to `max_length` as verl does."""
-    from rpgrl.data import prompt_text
-    from rpgrl.evaluation import encode_messages, encode_text
-
-    if chat and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        return encode_messages(tokenizer, messages, max_length=max_length)
-    return encode_text(tokenizer, prompt_text(prompt))[-max_length:]
-
-
-def load_task(cfg: Config, tokenizer) -> Task:
-    """The training and held-out prompts: generated (synthetic) or read from JSONL/parquet (`rpgrl.data`)."""
-    d = cfg.data
-    if cfg.synthetic:
-        from rpgrl.rewards.synthetic import make_problems
-
-        train = make_problems(d.num_train, seed=cfg.train.seed, split="train")
-        val = make_problems(d.num_val, seed=0, split="val")  # one fixed held-out set, whatever the seed
-        chat = False
-        tp, ta = [p.prompt for p in train], [p.answer for p in train]
-        vp, va = [p.prompt for p in val], [p.answer for p in val]
-    else:
-        from rpgrl.data import load_prompts
-
-        chat = cfg.model.chat_template
-        tp, ta = load_prompts(d.train, prompt_key=d.prompt_key, answer_key=d.answer_key)
-        vp, va = load_prompts(d.val, prompt_key=d.prompt_key, answer_key=d.answer_key) if d.val else ([], [])
-        train = val = None
-
-    def enc(prompts):
-        return [encode_prompt(tokenizer, p, chat=chat, max_length=d.max_prompt_length) for p in prompts]
-
-    return Task(enc(tp), list(ta), enc(vp), list(va), train, val)
-
-
-def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    o = cfg.optim
-    if o.name == "adamw":  # fused: one kernel per tensor, no full-size temporaries (4x faster than foreach on CPU)
-        return torch.optim.AdamW(
-            params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=_fusable(params)
-        )
-    import schedulefree
-
-    # warm-up is ours (training steps, lr_multiplier), as the released code puts LambdaLR on top
-    opt = schedulefree.AdamWScheduleFree(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
-    opt.train()
-    return opt
-
-
-def _fusable(params: list[torch.nn.Parameter]) -> bool | None:
-    """True when torch's fused AdamW supports every parameter (CPU/CUDA floating point), else None (its default)."""
-    ok = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
-    return True if ok and params else None
-
-
-def lr_multiplier(step: int, warmup: int) -> float:
-    """verl's constant-with-warm-up schedule counted in training steps (1-based): min(1, (step - 1) / warmup)."""
-    return 1.0 if warmup <= 0 else min(1.0, (step - 1) / warmup)
-
-
-class PromptStream:
-    """Training prompt order: a fresh seeded permutation every epoch; the state is (epoch, position)."""
-
-    def __init__(self, n: int, seed: int, shuffle: bool):
-        self.n, self.seed, self.shuffle = n, seed, shuffle
-        self.epoch, self.pos = 0, 0
-        self._order = self._permutation()
-
-    def _permutation(self) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.n))
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        return torch.randperm(self.n, generator=g).tolist()
-
-    def next(self, k: int) -> list[int]:
-        out = []
-        while len(out) < k:
-            if self.pos == self.n:
-                self.epoch, self.pos = self.epoch + 1, 0
-                self._order = self._permutation()
-            take = min(k - len(out), self.n - self.pos)
-            out += self._order[self.pos : self.pos + take]
-            self.pos += take
-        return out
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "pos": self.pos}
-
-    def load_state_dict(self, s: dict[str, int]) -> None:
-        self.epoch, self.pos = s["epoch"], s["pos"]
-        self._order = self._permutation()
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -801,7 +590,15 @@ def sampled_accuracy(
 
 
 def run_eval(
-    model, tokenizer, task: Task, benchmarks: list, cfg: Config, step: int, state: dict, out: Path, final: bool = False
+    model,
+    tokenizer,
+    task: Task,
+    benchmarks: list,
+    cfg: Config,
+    step: int,
+    state: RunState,
+    out: Path,
+    final: bool = False,
 ) -> dict:
     """Greedy held-out accuracy (`eval/accuracy`) and, with `eval.benchmarks`, mean@k / pass@k / best@k per
     benchmark plus the running Best (spec 7.7). Appends the row to `eval.jsonl` and updates `state`."""
@@ -829,32 +626,15 @@ def run_eval(
             max_prompt_length=cfg.data.max_prompt_length,
         )
         row.update(metrics)
-        row.update(state["tracker"].update(step, metrics))
+        row.update(state.tracker.update(step, metrics))
     row["perf/eval_s"] = time.perf_counter() - t
     if final:
         row["final"] = 1  # the end-of-run evaluation (dropped when a resume continues past it)
     if math.isfinite(row["eval/accuracy"]):
-        state["best_accuracy"] = max(row["eval/accuracy"], state["best_accuracy"] or 0.0)
+        state.best_accuracy = max(row["eval/accuracy"], state.best_accuracy or 0.0)
     with open(out / "eval.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
     return row
-
-
-def load_benchmarks(cfg: Config) -> list:
-    """The `eval.benchmarks` files, read (and checked) up front."""
-    if not cfg.eval.benchmarks:
-        return []
-    from rpgrl.data import load_benchmark
-
-    return [load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()]
-
-
-def _tracker(cfg: Config):
-    if not cfg.eval.benchmarks:
-        return None
-    from rpgrl.evaluation import EvalTracker
-
-    return EvalTracker(metric=f"mean@{cfg.eval.samples}")
 
 
 class _averaged_weights:
@@ -896,21 +676,21 @@ def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
     return info
 
 
-def _save(out, step, model, opt, anchor, stream, generator, state, cfg) -> None:
+def _save(run: Run, step: int) -> None:
     save_checkpoint(
-        out / "checkpoints",
+        run.out / "checkpoints",
         step,
         {
             "step": step,
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "optimizer_name": cfg.optim.name,
-            "anchor": anchor.state_dict(),
-            "data": stream.state_dict(),
-            "rng": rng_state(generator),
-            "trainer": dict(state),
+            "model": run.model.state_dict(),
+            "optimizer": run.opt.state_dict(),
+            "optimizer_name": run.cfg.optim.name,
+            "anchor": run.anchor.state_dict(),
+            "data": run.stream.state_dict(),
+            "rng": rng_state(run.generator),
+            "trainer": run.state.to_dict(),
         },
-        keep=cfg.train.keep_checkpoints,
+        keep=run.cfg.train.keep_checkpoints,
     )
 
 

@@ -1,0 +1,341 @@
+"""Setting a run up: registries, model, data, optimizer, prompt order, and the state a run carries.
+
+Everything here runs before the first training step; every user-fixable problem (an unknown registry name, an
+incompatible loss option, a missing model folder or data file) raises UsageError here, before the run directory is
+touched. `open_run` builds a `Run` from a config, restoring a checkpoint when resuming.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rpgrl.config import Config, LossConfig
+from rpgrl.errors import UsageError
+from rpgrl.trainer.device import resolve_device
+
+
+def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[str, Any]]:
+    """(reward_fn, advantage_fn, loss_fn, loss options) from the registries, with the options checked once on a
+    tiny dummy batch so that an incompatible combination fails here with one line, not mid-run."""
+    from rpgrl.advantages import get_advantage
+    from rpgrl.objectives import get_loss
+    from rpgrl.rewards import get_reward
+
+    try:
+        reward_fn = get_reward(cfg.data.reward)
+        adv_fn = get_advantage(cfg.loss.advantage)
+        loss_fn = get_loss(cfg.loss.name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    opts = loss_options(cfg.loss)
+    logp = torch.full((2, 3), -1.0, requires_grad=True)
+    try:
+        mask = torch.ones(2, 3)
+        adv = adv_fn(torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), mask)
+        extra = anchor_kwargs(
+            cfg.loss, torch.full((2, 3), -1.0) if cfg.ref.mode != "behaviour" else None, logp.detach()
+        )
+        loss_fn(logp, logp.detach(), adv, mask, **opts, **extra).loss.backward()
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"loss {cfg.loss.name!r} with these loss.* options: {e}") from None
+    return reward_fn, adv_fn, loss_fn, opts
+
+
+def loss_options(lc: LossConfig) -> dict[str, Any]:
+    """Keyword options for the registered loss `lc.name` (not the tensors, normalizer or anchor)."""
+    if lc.name == "rpg":
+        return dict(
+            divergence=lc.divergence,
+            style=lc.style,
+            beta=lc.beta,
+            level=lc.level,
+            agg=lc.agg,
+            clip=lc.clip,
+            eps_low=lc.eps_low,
+            eps_high=lc.eps_high,
+            c=lc.c,
+            branch=lc.clip_branch,
+            kl_in_clip=lc.kl_in_clip,
+            analogue=lc.analogue,
+            kl_value_clamp=lc.kl_clamp,
+            max_log_w=lc.max_log_w,
+        )
+    # PPO family (ppo, grpo, dapo, reinforce_pp): ratio clip always, dual clip c with clip='dual'
+    opts: dict[str, Any] = dict(
+        eps_low=lc.eps_low, eps_high=lc.eps_high, clip_c=lc.c if lc.clip == "dual" else None, agg=lc.agg
+    )
+    if lc.kl is not None:
+        opts.update(kl=lc.kl, beta=lc.beta, kl_clamp=lc.kl_clamp)
+    return opts
+
+
+def anchor_kwargs(lc: LossConfig, anchor_logp: torch.Tensor | None, old_logp: torch.Tensor) -> dict[str, Any]:
+    """How the anchor reaches the loss: rpg takes `anchor_logp` (None = the sampler); PPO-family losses with a KL
+    term take `ref_logp` (GRPO requires one: with the behaviour anchor that is `old_logp`, the iterative
+    reference of spec 6)."""
+    if lc.name == "rpg":
+        return {"anchor_logp": anchor_logp}
+    if lc.kl is None:
+        return {}
+    return {"ref_logp": old_logp if anchor_logp is None else anchor_logp}
+
+
+def build_model(cfg: Config):
+    """(model, tokenizer): the tiny local model (char tokenizer for the synthetic task, bytes otherwise) or a
+    Hugging Face folder (`model.path`). A missing folder raises UsageError."""
+    from rpgrl import models
+
+    m = cfg.model
+    device = resolve_device(cfg.train.device)  # first: a missing GPU fails before anything is built
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m.dtype]
+    if m.path == "tiny":
+        if cfg.synthetic:
+            from rpgrl.rewards.synthetic import CHARS
+
+            tokenizer = models.build_char_tokenizer(CHARS)
+        else:
+            tokenizer = models.build_byte_tokenizer()
+        model = models.build_tiny_model(
+            tokenizer,
+            hidden=m.hidden_size,
+            layers=m.num_layers,
+            heads=m.num_heads,
+            kv_heads=m.num_kv_heads,
+            ffn=m.intermediate_size,
+            tie_embeddings=m.tie_embeddings,
+            max_positions=max(2048, cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
+            seed=cfg.train.seed,
+        ).to(dtype)
+    else:
+        model, tokenizer = models.load_model(m.path, dtype=dtype)
+    return model.to(device).eval(), tokenizer
+
+
+@dataclasses.dataclass
+class Task:
+    """Encoded prompts and answers. `*_problems` are the synthetic Problem objects (None for file datasets)."""
+
+    train_prompts: list[list[int]]
+    train_answers: list[str]
+    val_prompts: list[list[int]]
+    val_answers: list[str]
+    train_problems: list | None = None
+    val_problems: list | None = None
+
+
+def encode_prompt(tokenizer, prompt: Any, *, chat: bool, max_length: int) -> list[int]:
+    """Token ids of one prompt (a string or chat messages): rendered with the chat template when `chat` and the
+    tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS).
+    Left-truncated to `max_length` as verl does."""
+    from rpgrl.data import prompt_text
+    from rpgrl.evaluation import encode_messages, encode_text
+
+    if chat and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        return encode_messages(tokenizer, messages, max_length=max_length)
+    return encode_text(tokenizer, prompt_text(prompt))[-max_length:]
+
+
+def load_task(cfg: Config, tokenizer) -> Task:
+    """The training and held-out prompts: generated (synthetic) or read from JSONL/parquet (`rpgrl.data`)."""
+    d = cfg.data
+    if cfg.synthetic:
+        from rpgrl.rewards.synthetic import make_problems
+
+        train = make_problems(d.num_train, seed=cfg.train.seed, split="train")
+        val = make_problems(d.num_val, seed=0, split="val")  # one fixed held-out set, whatever the seed
+        chat = False
+        tp, ta = [p.prompt for p in train], [p.answer for p in train]
+        vp, va = [p.prompt for p in val], [p.answer for p in val]
+    else:
+        from rpgrl.data import load_prompts
+
+        chat = cfg.model.chat_template
+        tp, ta = load_prompts(d.train, prompt_key=d.prompt_key, answer_key=d.answer_key)
+        vp, va = load_prompts(d.val, prompt_key=d.prompt_key, answer_key=d.answer_key) if d.val else ([], [])
+        train = val = None
+
+    def enc(prompts):
+        return [encode_prompt(tokenizer, p, chat=chat, max_length=d.max_prompt_length) for p in prompts]
+
+    return Task(enc(tp), list(ta), enc(vp), list(va), train, val)
+
+
+def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    o = cfg.optim
+    if o.name == "adamw":  # fused: one kernel per tensor, no full-size temporaries (4x faster than foreach on CPU)
+        return torch.optim.AdamW(
+            params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=_fusable(params)
+        )
+    import schedulefree
+
+    # warm-up is ours (training steps, lr_multiplier), as the released code puts LambdaLR on top
+    opt = schedulefree.AdamWScheduleFree(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    opt.train()
+    return opt
+
+
+def _fusable(params: list[torch.nn.Parameter]) -> bool | None:
+    """True when torch's fused AdamW supports every parameter (CPU/CUDA floating point), else None (its default)."""
+    ok = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
+    return True if ok and params else None
+
+
+def lr_multiplier(step: int, warmup: int) -> float:
+    """verl's constant-with-warm-up schedule counted in training steps (1-based): min(1, (step - 1) / warmup)."""
+    return 1.0 if warmup <= 0 else min(1.0, (step - 1) / warmup)
+
+
+class PromptStream:
+    """Training prompt order: a fresh seeded permutation every epoch; the state is (epoch, position)."""
+
+    def __init__(self, n: int, seed: int, shuffle: bool):
+        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.epoch, self.pos = 0, 0
+        self._order = self._permutation()
+
+    def _permutation(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.n))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return torch.randperm(self.n, generator=g).tolist()
+
+    def next(self, k: int) -> list[int]:
+        out = []
+        while len(out) < k:
+            if self.pos == self.n:
+                self.epoch, self.pos = self.epoch + 1, 0
+                self._order = self._permutation()
+            take = min(k - len(out), self.n - self.pos)
+            out += self._order[self.pos : self.pos + take]
+            self.pos += take
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, s: dict[str, int]) -> None:
+        self.epoch, self.pos = s["epoch"], s["pos"]
+        self._order = self._permutation()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_benchmarks(cfg: Config) -> list:
+    """The `eval.benchmarks` files, read (and checked) up front."""
+    if not cfg.eval.benchmarks:
+        return []
+    from rpgrl.data import load_benchmark
+
+    return [load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()]
+
+
+def _tracker(cfg: Config):
+    if not cfg.eval.benchmarks:
+        return None
+    from rpgrl.evaluation import EvalTracker
+
+    return EvalTracker(metric=f"mean@{cfg.eval.samples}")
+
+
+@dataclasses.dataclass
+class RunState:
+    """What a run carries from step to step besides weights, optimizer, anchor, data order and RNG (saved in every
+    checkpoint as a plain dict under "trainer")."""
+
+    start_accuracy: float | None = None
+    """held-out greedy accuracy when RL starts (after the warm start)"""
+    collapse_run: int = 0
+    """consecutive steps with no correct sampled response (the collapse guard)"""
+    best_accuracy: float | None = None
+    """the best held-out greedy accuracy of any evaluation so far"""
+    sft: dict | None = None
+    """the warm start's statistics (steps, seconds, accuracies), None without one"""
+    tracker: Any = None
+    """`rpgrl.evaluation.EvalTracker` of the benchmarks' Last/Best, None without `eval.benchmarks`"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a run holds while it trains: the config, its directory, the resolved components and the live
+    objects. `start_step` is 0 for a new run, the checkpoint's step when resuming."""
+
+    cfg: Config
+    out: Path
+    model: torch.nn.Module
+    tokenizer: Any
+    task: Task
+    benchmarks: list
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+    generator: torch.Generator
+    stream: PromptStream
+    state: RunState
+    reward_fn: Callable
+    adv_fn: Callable
+    loss_fn: Callable
+    loss_opts: dict[str, Any]
+    anchor: Any = None
+    start_step: int = 0
+    checkpoint: Path | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+
+def open_run(cfg: Config, out: Path, resume: bool) -> Run:
+    """Resolve names, build the model, load the data and, when resuming, restore the newest checkpoint that loads.
+    Reads only: every user-fixable problem raises UsageError before anything in `out` is created or changed."""
+    from rpgrl.config import check
+    from rpgrl.errors import first_line
+    from rpgrl.trainer.checkpoint import load_newest, set_rng_state
+    from rpgrl.trainer.device import model_device
+    from rpgrl.trainer.reference import Anchor
+    from rpgrl.trainer.rundir import check_run_dir
+
+    cfg = check(cfg)
+    check_run_dir(out, resume)
+    ckpt, saved, skipped = load_newest(out / "checkpoints") if resume else (None, None, [])
+    if resume and ckpt is None:
+        raise UsageError(f"--resume: no checkpoint in {out / 'checkpoints'} loads: {'; '.join(skipped)}")
+    torch.set_num_threads(cfg.train.threads)
+    reward_fn, adv_fn, loss_fn, loss_opts = resolve_components(cfg)
+    _seed_everything(cfg.train.seed)
+    model, tokenizer = build_model(cfg)
+    task = load_task(cfg, tokenizer)
+    params = [p for p in model.parameters() if p.requires_grad]
+    run = Run(
+        cfg, out, model, tokenizer, task, load_benchmarks(cfg), params, make_optimizer(cfg, params),
+        torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed),
+        PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle), RunState(tracker=_tracker(cfg)),
+        reward_fn, adv_fn, loss_fn, loss_opts, checkpoint=ckpt, skipped=skipped,
+    )  # fmt: skip
+    if ckpt is None:
+        return run
+    # restore everything now, so a checkpoint that does not fit the config changes nothing
+    if saved.get("optimizer_name", cfg.optim.name) != cfg.optim.name:  # the states would load but mean nothing
+        raise UsageError(f"checkpoint {ckpt} was written by {saved['optimizer_name']}, not {cfg.optim.name}")
+    try:
+        model.load_state_dict(saved["model"])
+        run.opt.load_state_dict(saved["optimizer"])
+        run.anchor = Anchor(cfg.ref, model)
+        run.anchor.load_state_dict(saved["anchor"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise UsageError(f"checkpoint {ckpt} does not fit this config: {first_line(e)}") from None
+    run.stream.load_state_dict(saved["data"])
+    set_rng_state(saved["rng"], run.generator)
+    run.start_step = saved["step"]
+    run.state = RunState(**saved["trainer"])
+    return run
