@@ -8,6 +8,7 @@ scalar divergence functions live in `objectives/divergences.py`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -120,22 +121,101 @@ def rpg_loss(
     finite loss never comes with an inf or NaN metric, and 1e30 means the estimate overflowed (e.g. kl/k3_anchor
     with pi_a/pi_theta > e^88 in float32).
     """
-    _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c)
-    _check_guards(kl_value_clamp, max_log_w)
+    o = _Options(divergence, style, level, agg, clip, eps_low, eps_high, c, branch, kl_in_clip, analogue, beta,
+                 kl_value_clamp, max_log_w)  # fmt: skip
+    o.validate()
     check_normalizer(normalizer)
-    sep_kl = style == "differentiable" and (clip is None or _kl_separate(kl_in_clip, analogue, divergence))
-    if kl_value_clamp is not None and not sep_kl:
+    r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
+    if style == "differentiable":
+        loss_unit, kl_unit = _differentiable(r, o)
+        per_token = None if level == "sequence" else torch.where(r.mask, loss_unit, 0.0)  # loss_unit is -A at padding
+        row_loss = loss_unit if level == "sequence" else per_token.sum(-1)
+    else:
+        per_token, kl_unit = _reinforce(logp, r, o), None  # zero at padding
+        row_loss = per_token.sum(-1)
+    loss = _aggregate_rows(row_loss, r.mask, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
+    if not torch.isfinite(loss):
         raise ValueError(
-            "kl_value_clamp clamps a separate KL term: use style='differentiable' with clip=None or kl_in_clip=False"
+            f"rpg_loss overflowed (loss = {loss.item()}, log w per {level} in [{r.log_w.min().item():.6g}, "
+            f"{r.log_w.max().item():.6g}]): a ratio is too extreme to represent; use clip='dual', smaller steps or "
+            "max_log_w"
         )
-    mask_b = _check_tensors(logp, old_logp, advantages, mask, anchor_logp, level)
-    old_logp, advantages = old_logp.detach(), advantages.detach()
+    clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
+    r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, r, o, normalizer)
+    return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
 
+
+@dataclass(frozen=True)
+class _Options:
+    """rpg_loss's keyword options (documented in its docstring), validated once."""
+
+    divergence: str
+    style: str
+    level: str
+    agg: str
+    clip: str | None
+    eps_low: float
+    eps_high: float
+    c: float
+    branch: str
+    kl_in_clip: bool
+    analogue: str
+    beta: float
+    kl_value_clamp: float | None
+    max_log_w: float | None
+
+    @property
+    def separate_kl(self) -> bool:
+        """Is the KL a separate, unclipped term (differentiable style without clip, or the released dual clip)?"""
+        if self.style != "differentiable":
+            return False
+        released = not self.kl_in_clip or (self.analogue == "paper" and self.divergence in ("fkl", "ufkl"))
+        return self.clip is None or released
+
+    def validate(self) -> None:
+        _check_options(self)
+        _check_guards(self.kl_value_clamp, self.max_log_w)
+        if self.kl_value_clamp is not None and not self.separate_kl:
+            raise ValueError(
+                "kl_value_clamp clamps a separate KL term: use style='differentiable' with clip=None or "
+                "kl_in_clip=False"
+            )
+
+
+@dataclass
+class _Ratios:
+    """The log-ratio prelude shared by both styles. Token tensors are (B, T) and zero at padding; `log_w`, `log_rho`,
+    `log_u` are per unit: (B, T) at token level, (B,) at sequence level (after the max_log_w guard)."""
+
+    mask: torch.Tensor  # (B, T) bool
+    log_w_tok: torch.Tensor  # logp - old_logp
+    log_rho_tok: torch.Tensor | None  # anchor_logp - old_logp (None: the anchor is the sampler)
+    adv: torch.Tensor  # (B, T), (B, 1) at token level; (B,) at sequence level
+    log_w: torch.Tensor
+    log_rho: torch.Tensor | None
+    log_u: torch.Tensor  # log w - log rho
+    n_tok: torch.Tensor
+    unit_mask: torch.Tensor | None  # the mask at token level, None at sequence level (every unit is valid)
+    metrics: dict[str, torch.Tensor]
+
+    def unit_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Fraction of units (tokens or sequences) where the boolean `x` holds."""
+        dtype = self.log_w_tok.dtype
+        if self.unit_mask is None:
+            return x.to(dtype).mean()
+        return (x & self.unit_mask).sum().to(dtype) / self.n_tok
+
+
+def _ratios(logp, old_logp, advantages, mask, anchor_logp, o: _Options) -> _Ratios:
+    """Checks the tensors, forms the per-token and per-unit log-ratios, applies `max_log_w`, and starts the metrics
+    (log_w/min, log_w/max, clip/frac_max_log_w)."""
+    mask_b = _check_tensors(logp, old_logp, advantages, mask, anchor_logp, o.level)
+    old_logp, advantages = old_logp.detach(), advantages.detach()
     # Per-token log-ratios, zeroed at padding so garbage there never reaches exp() or backward().  (B, T)
     log_w_tok = torch.where(mask_b, logp - old_logp, 0.0)
     log_rho_tok = None if anchor_logp is None else torch.where(mask_b, anchor_logp.detach() - old_logp, 0.0)
     adv = torch.where(mask_b, advantages, 0.0) if advantages.dim() == 2 else advantages
-    if level == "sequence":
+    if o.level == "sequence":
         log_w = log_w_tok.sum(-1)  # (B,)
         log_rho = None if log_rho_tok is None else log_rho_tok.sum(-1)  # (B,)
     else:
@@ -147,67 +227,32 @@ def rpg_loss(
     _check_finite(check, logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b)
 
     n_tok = mask_b.sum()
-    unit_mask = mask_b if level == "token" else None
-
-    def unit_mean(x: torch.Tensor) -> torch.Tensor:  # fraction of units (tokens or sequences) where x holds
-        if unit_mask is None:
-            return x.to(logp.dtype).mean()
-        return (x & unit_mask).sum().to(logp.dtype) / n_tok
-
-    metrics: dict[str, torch.Tensor] = {}
+    r = _Ratios(mask_b, log_w_tok, log_rho_tok, adv, log_w, log_rho, log_w, n_tok,
+                mask_b if o.level == "token" else None, {})  # fmt: skip
     with torch.no_grad():
         lw = log_w.detach()
-        if unit_mask is not None:  # the mean of the valid entries lies between their min and max: a neutral fill
-            lw = torch.where(unit_mask, lw, lw_total / n_tok)
-        metrics["log_w/min"], metrics["log_w/max"] = torch.aminmax(lw)
-        if max_log_w is not None:
-            metrics["clip/frac_max_log_w"] = unit_mean(log_w.detach() > max_log_w)
-    if max_log_w is not None:
-        log_w = log_w.clamp(max=max_log_w)
-    log_u = log_w if log_rho is None else log_w - log_rho
+        if r.unit_mask is not None:  # the mean of the valid entries lies between their min and max: a neutral fill
+            lw = torch.where(r.unit_mask, lw, lw_total / n_tok)
+        r.metrics["log_w/min"], r.metrics["log_w/max"] = torch.aminmax(lw)
+        if o.max_log_w is not None:
+            r.metrics["clip/frac_max_log_w"] = r.unit_mean(log_w.detach() > o.max_log_w)
+    if o.max_log_w is not None:
+        r.log_w = log_w.clamp(max=o.max_log_w)
+    r.log_u = r.log_w if log_rho is None else r.log_w - log_rho
+    return r
 
-    bounds = _Bounds(eps_low, eps_high, c)
-    kl_unit = None  # rho * phi(u) per unit (beta-less), when the loss already computed it; 0 at padding
-    if style == "differentiable":
-        loss_unit, kl_unit = _differentiable(
-            log_w, log_u, log_rho, adv, divergence, beta, clip, bounds, branch, sep_kl, analogue, kl_value_clamp,
-            unit_mean, metrics,
-        )  # fmt: skip
-        if level == "sequence":
-            per_token, row_loss = None, loss_unit
-        else:
-            per_token = torch.where(mask_b, loss_unit, 0.0)  # loss_unit is -A at padding
-            row_loss = per_token.sum(-1)
-    else:
-        with torch.no_grad():
-            neg_coef, active = _reinforce_coef(
-                log_w.detach(), log_u.detach(), log_rho, adv, divergence, beta, clip, bounds, branch, unit_mean, metrics
-            )
-        lp = torch.where(mask_b, logp, 0.0)  # (B, T)
-        if level == "sequence":
-            neg_coef = neg_coef[:, None]
-            active = None if active is None else active[:, None]
-        if active is not None:  # clipped rows of Alg. 2: value kept, gradient cut
-            lp = torch.where(active, lp, lp.detach())
-        per_token = neg_coef * lp  # zero at padding
-        row_loss = per_token.sum(-1)
-    loss = _aggregate_rows(row_loss, mask_b, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
 
-    if not torch.isfinite(loss):
-        raise ValueError(
-            f"rpg_loss overflowed (loss = {loss.item()}, log w per {level} in [{log_w.min().item():.6g}, "
-            f"{log_w.max().item():.6g}]): a ratio is too extreme to represent; use clip='dual', smaller steps or "
-            "max_log_w"
-        )
-    clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
-    metrics |= _kl_and_loss_metrics(
-        loss, clamped_kl, log_u, log_rho, log_w_tok, log_rho_tok, mask_b, divergence, beta, level, agg, normalizer
-    )
-    with torch.no_grad():  # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
-        log_w_raw = log_w_tok.detach() if level == "token" else log_w_tok.detach().sum(-1)
-        metrics["log_w/abs_mean"] = log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel())
-        metrics["kl/grad_share"] = _kl_grad_share(divergence, beta, log_w_raw, log_rho, adv, unit_mask)
-    return LossOutput(loss=loss, per_token=per_token, metrics=reported(metrics, logp.dtype))
+def _reinforce(logp: torch.Tensor, r: _Ratios, o: _Options) -> torch.Tensor:
+    """REINFORCE style: per-token loss -coef * logp, the coefficient detached, logp cut in clipped rows. (B, T)"""
+    with torch.no_grad():
+        neg_coef, active = _reinforce_coef(r.log_w.detach(), r.log_u.detach(), r, o)
+    lp = torch.where(r.mask, logp, 0.0)  # (B, T)
+    if o.level == "sequence":
+        neg_coef = neg_coef[:, None]
+        active = None if active is None else active[:, None]
+    if active is not None:  # clipped rows of Alg. 2: value kept, gradient cut
+        lp = torch.where(active, lp, lp.detach())
+    return neg_coef * lp
 
 
 def _kl_grad_share(divergence, beta, log_w, log_rho, adv, unit_mask) -> torch.Tensor:
@@ -246,23 +291,17 @@ def _inside(bound: float, direction: int, like: torch.Tensor) -> torch.Tensor:
     return torch.nextafter(x, torch.tensor(direction * math.inf, dtype=like.dtype, device=like.device))
 
 
-def _kl_separate(kl_in_clip: bool, analogue: str, divergence: str) -> bool:
-    """Is the KL a separate, unclipped term under clip='dual' (differentiable style)?"""
-    return not kl_in_clip or (analogue == "paper" and divergence in ("fkl", "ufkl"))
-
-
-def _differentiable(
-    log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Bounds, branch, sep_kl, analogue, kl_value_clamp,
-    unit_mean, metrics,
-):  # fmt: skip
+def _differentiable(r: _Ratios, o: _Options) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-unit differentiable loss (spec 2.1 l_diff; with clip='dual' paper Alg. 1 / spec 4.1). Returns
     (loss_unit, kl_unit) with kl_unit = rho phi(u) when it is a separate term, else None. Shapes: units."""
+    log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
+    clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
     w = torch.exp(log_w) if clip is None else None
     kl_unit = None
-    if sep_kl and kl_value_clamp is not None:
-        kl_unit, clamped = _clamped_kl(divergence, log_u, log_rho, kl_value_clamp)
+    if sep_kl and o.kl_value_clamp is not None:  # as released (spec 4.3 iv): the separate KL term clamped
+        kl_unit, clamped = _clamped_kl(divergence, log_u, log_rho, o.kl_value_clamp)
         with torch.no_grad():
-            metrics["clip/frac_kl_clamp"] = unit_mean(clamped)
+            metrics["clip/frac_kl_clamp"] = r.unit_mean(clamped)
     elif sep_kl:
         u = w if (w is not None and log_rho is None) else torch.exp(log_u)
         kl_unit = dv.phi(divergence, log_u, u)
@@ -276,7 +315,7 @@ def _differentiable(
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
     if sep_kl or beta == 0:
         neg_a_hat = -adv
-    elif analogue == "exact":  # -w A_hat == -w A + beta rho phi(u)
+    elif o.analogue == "exact":  # -w A_hat == -w A + beta rho phi(u)
         neg_a_hat = torch.add(-adv, dv.phi_over_u(divergence, log_u), alpha=beta)
     else:  # paper's analogues (rkl, urkl; fkl/ufkl are sep_kl)
         neg_a_hat = torch.add(-adv, (log_u + 1) if divergence == "rkl" else log_u, alpha=beta)
@@ -288,9 +327,9 @@ def _differentiable(
     loss = neg_a_hat * torch.exp(log_w.clamp(log_lo, log_hi))
     with torch.no_grad():
         lw = log_w.detach()
-        metrics["clip/frac_high"] = unit_mean(pos & (lw >= b.log_hi))
-        metrics["clip/frac_low"] = unit_mean(~pos & (lw <= b.log_lo))
-        metrics["clip/frac_dual"] = unit_mean(~pos & (lw >= b.log_c))
+        metrics["clip/frac_high"] = r.unit_mean(pos & (lw >= b.log_hi))
+        metrics["clip/frac_low"] = r.unit_mean(~pos & (lw <= b.log_lo))
+        metrics["clip/frac_dual"] = r.unit_mean(~pos & (lw >= b.log_c))
     return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
 
 
@@ -309,9 +348,11 @@ def _clamped_kl(divergence, log_u, log_rho, k: float) -> tuple[torch.Tensor, tor
     return torch.where(clamped, fill, kl), clamped
 
 
-def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Bounds, branch, unit_mean, metrics):
+def _reinforce_coef(log_w, log_u, r: _Ratios, o: _Options):
     """Minus the detached REINFORCE coefficient per unit (spec 2.1 Weight, 4.2 Alg. 2, Remark F.2) and the active
     mask of Alg. 2 (None when nothing is masked). The loss is -coef * logp with logp cut where not active."""
+    log_rho, adv, divergence, beta, clip, branch = r.log_rho, r.adv, o.divergence, o.beta, o.clip, o.branch
+    b, unit_mean, metrics = _Bounds(o.eps_low, o.eps_high, o.c), r.unit_mean, r.metrics
     rho = None if log_rho is None else torch.exp(log_rho)
 
     def kl_part(lu: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # C = -beta rho u phi'(u)
@@ -348,12 +389,13 @@ def _reinforce_coef(log_w, log_u, log_rho, adv, divergence, beta, clip, b: _Boun
 
 
 @torch.no_grad()
-def _kl_and_loss_metrics(
-    loss, kl_unit, log_u, log_rho, log_w_tok, log_rho_tok, mask_b, divergence, beta, level, agg, normalizer
-) -> dict[str, torch.Tensor]:
+def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: _Options, normalizer) -> dict[str, torch.Tensor]:
     """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
-    NaN; `reported` saturates what exceeds the range). `kl_unit`: the loss's clamped KL term, else None (recomputed:
-    an unclamped term may have overflowed where the loss does not use it, beta = 0)."""
+    NaN; `reported` saturates what exceeds the range); log_w/abs_mean and kl/grad_share, the off-policy regime.
+    `kl_unit`: the loss's clamped KL term, else None (recomputed: an unclamped term may have overflowed where the
+    loss does not use it, beta = 0)."""
+    log_u, log_rho, log_w_tok, log_rho_tok, mask_b = r.log_u, r.log_rho, r.log_w_tok, r.log_rho_tok, r.mask
+    divergence, beta, level, agg = o.divergence, o.beta, o.level, o.agg
     f64, n_tok = torch.float64, mask_b.sum()
     if kl_unit is None:
         kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
@@ -362,6 +404,8 @@ def _kl_and_loss_metrics(
     kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
+    # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
+    log_w_raw = log_w_tok.detach() if level == "token" else log_w_tok.detach().sum(-1)
     return {
         f"kl/{divergence}": kl_rows.mean(),
         "kl/k3_anchor": (torch.expm1(-lu_tok) + lu_tok).sum() / n_tok,  # k3 = expm1(-lu) + lu, 0 at padding
@@ -369,6 +413,8 @@ def _kl_and_loss_metrics(
         "loss/total": loss.detach(),
         "loss/kl": kl_loss,
         "loss/policy": loss.detach().to(f64) - kl_loss,
+        "log_w/abs_mean": log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel()),
+        "kl/grad_share": _kl_grad_share(divergence, beta, log_w_raw, log_rho, r.adv, r.unit_mask),
     }
 
 
@@ -390,7 +436,17 @@ def _one_of(name: str, value, valid) -> None:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
 
 
-def _check_options(divergence, style, level, agg, clip, branch, analogue, beta, eps_low, eps_high, c) -> None:
+def _check_options(o: _Options) -> None:
+    divergence, style, level, agg, clip, branch, analogue = (
+        o.divergence,
+        o.style,
+        o.level,
+        o.agg,
+        o.clip,
+        o.branch,
+        o.analogue,
+    )
+    beta, eps_low, eps_high, c = o.beta, o.eps_low, o.eps_high, o.c
     _one_of("divergence", divergence, dv.DIVERGENCES)
     _one_of("style", style, STYLES)
     _one_of("level", level, LEVELS)
