@@ -158,3 +158,17 @@ def test_group_of_one_is_refused_unless_a_batch_baseline_can_use_it():
             check(apply_overrides(Config(), [("rollout.group_size", "1"), ("rollout.group_filter", filt)]))
     ok = [("rollout.group_size", "1"), ("rollout.group_filter", "off"), ("loss.advantage", "reinforce_pp")]
     check(apply_overrides(Config(), ok))  # REINFORCE++ whitens over the batch: G = 1 is a real algorithm
+
+
+def test_max_log_w_reaches_rpg_loss_and_is_refused_elsewhere():
+    from rpgrl.config import Config, apply_overrides, check
+    from rpgrl.errors import UsageError
+    from rpgrl.trainer.setup import loss_options
+
+    cfg = check(apply_overrides(Config(), [("loss.max_log_w", "2.5"), ("loss.eps_low", "1")]))
+    assert loss_options(cfg.loss)["max_log_w"] == 2.5 and loss_options(cfg.loss)["eps_low"] == 1.0
+    assert loss_options(Config().loss)["max_log_w"] is None
+    with pytest.raises(UsageError, match="loss.max_log_w applies to loss.name rpg only"):
+        check(apply_overrides(Config(), [("loss.name", "grpo"), ("loss.max_log_w", "1")]))
+    with pytest.raises(UsageError, match=r"loss.eps_low must be in \[0, 1\]"):
+        check(apply_overrides(Config(), [("loss.eps_low", "1.5")]))

@@ -145,6 +145,9 @@ class LossConfig:
     """clip range high side: ratios above 1 + eps_high are clipped"""
     c: float = 10.0
     """dual-clip constant (> 1) for negative advantages"""
+    max_log_w: float | None = None
+    """rpg: clamp log w per unit to <= this before anything else (zero gradient above; counted in
+    clip/frac_max_log_w); None = off"""
 
 
 @dataclass(frozen=True)
@@ -528,10 +531,11 @@ def check(cfg: Config) -> Config:
     need(r.gen_prompts is None or r.gen_prompts >= 1, "rollout.gen_prompts", "must be >= 1")
     need(lo.beta >= 0, "loss.beta", f"must be >= 0, got {lo.beta}")
     need(lo.clip in (None, "dual", "truncate"), "loss.clip", f"must be dual, truncate or none, got {lo.clip!r}")
-    need(0 <= lo.eps_low < 1, "loss.eps_low", f"must be in [0, 1), got {lo.eps_low}")
+    need(0 <= lo.eps_low <= 1, "loss.eps_low", f"must be in [0, 1] (1 = no lower clip), got {lo.eps_low}")
     need(lo.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {lo.eps_high}")
     need(lo.c > 1, "loss.c", f"must be > 1, got {lo.c}")
     need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
+    need(lo.max_log_w is None or lo.name == "rpg", "loss.max_log_w", f"applies to loss.name rpg only, not {lo.name}")
     need(o.lr >= 0, "optim.lr", f"must be >= 0, got {o.lr}")
     need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
     need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")
