@@ -42,10 +42,10 @@ def test_every_baseline_loss_has_the_shared_signature_and_metric_contract(name):
     assert out.loss.dim() == 0 and out.loss.requires_grad
     assert out.per_token.shape == logp.shape
     expected = {"loss/policy", "loss/kl", "kl/ppo_kl", "clip/frac_low", "clip/frac_high", "clip/frac_dual"}
-    assert expected <= set(out.metrics)
+    assert expected | {"log_w/max", "log_w/min", "log_w/abs_mean"} <= set(out.metrics)
     for key, value in out.metrics.items():
         assert isinstance(value, torch.Tensor) and value.dim() == 0 and not value.requires_grad, key
-        assert key.split("/")[0] in {"loss", "kl", "clip"}, key
+        assert key.split("/")[0] in {"loss", "kl", "clip", "log_w"}, key
     (g,) = torch.autograd.grad(out.loss, logp)
     assert torch.isfinite(g).all() and g[1, 2:].eq(0).all()
 

@@ -411,3 +411,22 @@ def test_overflowing_loss_is_refused_and_a_finite_one_has_finite_metrics():
     assert all(torch.isfinite(v) for v in out.metrics.values()), out.metrics
     assert out.metrics["kl/penalty"] == torch.tensor(1e30, dtype=torch.float32)
     assert close(out.metrics["loss/policy"].double(), -1.0 * math.exp(-88.5), tol=1e-40)
+
+
+def test_ppo_loss_reports_log_w_like_rpg_loss():
+    """log_w/max, /min and /abs_mean over the valid tokens only (padding holds garbage), as rpg_loss reports them."""
+    from rpgrl.objectives import rpg_loss
+
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 2
+    old = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 2
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    logp[~mask], old[~mask] = float("nan"), 50.0
+    adv = torch.tensor([1.0, -0.5, 0.3], dtype=torch.float64)
+    m = ppo_loss(logp, old, adv, mask).metrics
+    lw = (logp - old)[mask]
+    assert m["log_w/max"].item() == lw.max().item() and m["log_w/min"].item() == lw.min().item()
+    assert m["log_w/abs_mean"].item() == pytest.approx(lw.abs().mean().item(), rel=1e-12)
+    r = rpg_loss(logp, old, adv, mask, divergence="urkl", style="reinforce", beta=0.0).metrics
+    for k in ("log_w/max", "log_w/min", "log_w/abs_mean"):
+        assert m[k].item() == pytest.approx(r[k].item(), rel=1e-12), k

@@ -396,3 +396,32 @@ def _count_logprob_passes(monkeypatch) -> dict[bool, int]:
 
     monkeypatch.setattr(rpgrl.rollout, "token_logprobs", counted)
     return calls
+
+
+def test_held_out_sampled_accuracy_leaves_training_unchanged(tmp_path):
+    """eval.val_samples adds eval/sampled_accuracy (mean@k) to each evaluation without touching training's
+    sampler: the training metrics are those of a run without it."""
+    plain = loop.train(tiny(("eval.every", "1")), tmp_path / "a")
+    cfg = tiny(("eval.every", "1"), ("eval.val_samples", "3"))
+    sampled = loop.train(cfg, tmp_path / "b")
+    rows_b = _strip_perf(read_metrics(tmp_path / "b" / "metrics.jsonl"))
+    assert all(r.pop("eval/sampled_accuracy") >= 0 for r in rows_b[:-1])  # periodic evaluations carry it too
+    assert _strip_perf(read_metrics(tmp_path / "a" / "metrics.jsonl")) == rows_b
+    assert plain["end_accuracy"] == sampled["end_accuracy"]
+    evals = [json.loads(line) for line in (tmp_path / "b" / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 1, 2, 3]
+    for e in evals:
+        assert 0 <= e["eval/sampled_accuracy"] <= 1
+        assert (e["eval/sampled_accuracy"] * 3 * 8) == pytest.approx(round(e["eval/sampled_accuracy"] * 24))  # k x n
+
+
+def test_sampled_accuracy_at_a_vanishing_temperature_is_the_greedy_accuracy():
+    cfg = tiny(("rollout.temperature", "1e-6"))
+    model, tokenizer = loop.build_model(cfg)
+    task = loop.load_task(cfg, tokenizer)
+    prompts, answers = task.val_prompts, task.val_answers
+    greedy = loop.greedy_accuracy(model, tokenizer, prompts, answers, cfg)
+    assert loop.sampled_accuracy(model, tokenizer, prompts, answers, cfg, 4, seed=1) == greedy
+    hot = tiny()  # at temperature 1 the samples differ between seeds, and the value is a mean over k x n
+    values = {loop.sampled_accuracy(model, tokenizer, prompts, answers, hot, 4, seed=s) for s in range(4)}
+    assert len(values) > 1 and all(round(v * 32) == v * 32 for v in values)

@@ -77,7 +77,8 @@ def ppo_loss(
 
     Metrics (detached 0-dim): loss/policy, loss/kl (= beta * aggregated KL term; both use the loss's normaliser,
     so they add up across micro-batches), kl/penalty (aggregated KL term, when `kl` is set), kl/ppo_kl
-    (token-mean of old_logp - logp, a k1 estimate of KL(pi_old || pi_theta)), clip/frac_low (A < 0, w <= 1-eps_low),
+    (token-mean of old_logp - logp, a k1 estimate of KL(pi_old || pi_theta)), log_w/max, log_w/min, log_w/abs_mean
+    (of log w = logp - old_logp over the tokens, as rpg_loss reports them), clip/frac_low (A < 0, w <= 1-eps_low),
     clip/frac_high (A > 0, w >= 1+eps_high), clip/frac_dual (A < 0, w >= c); fractions are local token means. The
     loss and KL metrics are computed in float64; every metric saturates at +-1e30 (`base.METRIC_LIMIT`), never inf.
     """
@@ -131,8 +132,11 @@ def ppo_loss(
             "clip/frac_low": masked_mean(low.to(logp.dtype), fm),  # low implies A < 0
             "clip/frac_high": masked_mean((high & (adv > 0)).to(logp.dtype), fm),
             "clip/frac_dual": masked_mean(dual.to(logp.dtype), fm),
+            "log_w/abs_mean": masked_mean(log_w.detach().abs(), fm),
         }
     )
+    lw = log_w.detach()  # padding filled with the mean of the valid entries, which lies between their min and max
+    metrics["log_w/min"], metrics["log_w/max"] = torch.aminmax(torch.where(m, lw, lw.sum() / fm.sum()))
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(metrics, logp.dtype))
 
 

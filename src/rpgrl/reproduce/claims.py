@@ -7,7 +7,8 @@ anchor, DAPO tricks), scaled to this task:
 - every method runs the same number of steps with the same rollout batch, so the sample budget is equal. DAPO's
   dynamic sampling would regenerate until 32 mixed groups exist (more samples per step), so the families that use it
   get its filter without the regeneration (`group_filter=drop`, as the default); GRPO keeps no filter, as its
-  scripts;
+  scripts. Dropping groups also drops mini-batches (8 optimizer steps per batch become ~4-6), so the methods
+  claim adds GRPO with the filter ('grpo-filtered') to tell the two apart;
 - the overlong penalty (2048-token limit, 512-token buffer in the paper) becomes an 8-token buffer at the 48-token
   limit: a correct answer is at most 40 tokens, so only overlong responses are penalised;
 - one learning rate for all (the paper states 1e-6 for every method; its RPG-REINFORCE scripts use 5e-7).
@@ -151,7 +152,12 @@ def _methods() -> Claim:
         "RPG's surrogates (RPG-Style Clip, KL to the previous policy) reach higher accuracy than GRPO, DAPO, "
         "REINFORCE++ and REINFORCE++-baseline (Tables 3, 5, 6, 8); the headline variant is RPG-REINFORCE-URKL "
         "(+6 points over DAPO on AIME25 at 4K).",
-        tuple(Arm(n, family(n)) for n in names),
+        # GRPO runs without a filter, as its scripts; with 'drop' a step has fewer mini-batches (only mixed groups
+        # are split into them), so the filtered GRPO arm separates that from the algorithm
+        (
+            *(Arm(n, family(n)) for n in names),
+            Arm("grpo-filtered", then(family("grpo"), rollout={"group_filter": "drop"})),
+        ),
         tuple(Comparison("rpg-reinforce-urkl", b, "final", "higher") for b in BASELINES),
     )
 

@@ -36,6 +36,10 @@ SUITE_VERSION = 1
 
 WARM_START_PATH = "<warm start>"
 
+ADDED_FIELDS = {("loss", "max_log_w"): None}
+"""config fields added after SUITE_VERSION's runs: left out of the key at these (their default) values, so a new
+field that changes nothing does not invalidate the cache"""
+
 
 @dataclass(frozen=True)
 class Job:
@@ -55,6 +59,9 @@ def config_key(cfg: Config, seed: int, warm_key: str = "") -> str:
     d = config_to_dict(cfg)
     d["model"]["path"] = f"{WARM_START_PATH} {warm_key}" if warm_key else d["model"]["path"]
     d["train"]["seed"] = seed
+    for (sec, name), default in ADDED_FIELDS.items():
+        if d[sec].get(name, default) == default:
+            d[sec].pop(name, None)
     blob = json.dumps({"config": d, "suite": SUITE_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -236,7 +243,7 @@ def summarize_run(path: Path, error: str | None = None) -> dict[str, Any]:
         "entropy": tail_mean("entropy/mean"),
         "reward": tail_mean("reward/mean"),
         "length": tail_mean("response/length_mean"),
-        "max_log_w": max((max(r.get("log_w/max", 0.0), -r.get("log_w/min", 0.0)) for r in rows), default=0.0),
+        "max_log_w": max((max(r["log_w/max"], -r["log_w/min"]) for r in rows if "log_w/max" in r), default=None),
         "curves": {
             "reward": curve("reward/mean"),
             "entropy": curve("entropy/mean"),

@@ -1,0 +1,161 @@
+"""The suite's machinery on tiny runs: claims resolve, runs are cached by config and seed, the report is generated
+from the records."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from rpgrl.cli import main as rpgrl_main
+from rpgrl.config import check
+from rpgrl.presets import DEFAULT, get_preset
+from rpgrl.reproduce import cli as reproduce_cli
+from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Arm, Claim, Comparison, base_config, family, then
+from rpgrl.reproduce.report import config_changes
+from rpgrl.reproduce.runner import config_key, summarize_run
+from rpgrl.reproduce.stats import paired_difference
+
+
+@pytest.mark.parametrize("scale", [FULL, QUICK])
+def test_every_arm_of_every_claim_is_a_valid_config(scale):
+    base = base_config(scale)
+    for claim in CLAIMS.values():
+        names = [a.name for a in claim.arms]
+        assert len(set(names)) == len(names), claim.name
+        for arm in claim.arms:
+            cfg = check(arm.config(base))
+            assert cfg.train.max_steps == scale.steps and cfg.sft.max_steps == 0
+            assert cfg.optim.lr == DEFAULT.optim.lr, "one learning rate for every arm"
+        for c in claim.comparisons:
+            assert c.a in names and c.b in names, (claim.name, c)
+
+
+def test_methods_keep_their_preset_algorithm_at_the_default_scale():
+    base = base_config(FULL)
+    grpo = family("grpo")(base)
+    assert grpo.loss == get_preset("grpo").loss and grpo.ref.mode == "fixed"
+    assert grpo.rollout.group_filter == "off" and grpo.rollout.overlong_buffer == 0
+    dapo = family("dapo")(base)
+    assert dapo.loss.beta == 0 and dapo.loss.eps_high == 0.28
+    assert dapo.rollout.group_filter == "drop" and dapo.rollout.overlong_buffer == 8  # equal sample budget
+    rf = family("rpg-reinforce-urkl")(base)
+    assert rf.loss == get_preset("rpg-reinforce-urkl").loss and rf.ref.mode == "behaviour"
+    for cfg in (grpo, dapo, rf):
+        assert (cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.train.mini_batch_prompts) == (32, 8, 4)
+        assert cfg.model == DEFAULT.model and cfg.optim == DEFAULT.optim
+
+
+def test_off_policy_arms_set_the_updates_per_batch():
+    base = base_config(FULL)
+    arms = {a.name: a.config(base) for a in CLAIMS["off-policy"].arms}
+    assert arms["rpg-clip x1"].train.mini_batch_prompts == 32
+    assert arms["no-clip x16"].train.mini_batch_prompts == 2 and arms["no-clip x16"].loss.clip is None
+    assert arms["truncated-is x4"].train.mini_batch_prompts == 8 and arms["truncated-is x4"].loss.clip == "truncate"
+    assert arms["grpo x16"].loss.name == "grpo"
+
+
+def test_config_key_tracks_what_a_run_computes():
+    cfg = base_config(FULL)
+    assert config_key(cfg, 0, "w") == config_key(replace(cfg, model=replace(cfg.model, path="/elsewhere")), 0, "w")
+    assert config_key(cfg, 0, "w") != config_key(cfg, 1, "w")
+    assert config_key(cfg, 0, "w") != config_key(cfg, 0, "v")
+    assert config_key(cfg, 0, "w") != config_key(then(lambda c: c, loss={"beta": 1e-3})(cfg), 0, "w")
+    # arms of different claims with the same resolved config share their runs
+    kl = CLAIMS["kl"].arm("beta 0.0001 behaviour").config(cfg)
+    assert config_key(kl, 0, "w") == config_key(CLAIMS["methods"].arm("rpg-reinforce-urkl").config(cfg), 0, "w")
+
+
+def test_config_changes_are_the_flags_that_differ():
+    base = base_config(FULL)
+    cfg = then(lambda c: c, loss={"eps_low": 0.1, "clip": None})(base)
+    assert config_changes(cfg, base) == ["--loss.clip none", "--loss.eps_low 0.1"]
+
+
+def test_summarize_run_reads_last_best_and_collapse(tmp_path):
+    evals = [{"step": 0, "eval/accuracy": 0.4}, {"step": 10, "eval/accuracy": 0.6}, {"step": 20, "eval/accuracy": 0.25}]
+    rows = [
+        {"step": i, "entropy/mean": float(i), "reward/mean": 0.1 * i, "log_w/max": 0.5, "log_w/min": -2.0 * (i == 3)}
+        for i in range(1, 9)
+    ]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "summary.json").write_text(json.dumps({"stopped": None, "rl_seconds": 3.0}))
+    r = summarize_run(tmp_path)
+    assert (r["start"], r["final"], r["best"]) == (0.4, 0.25, 0.6)
+    assert r["collapsed"]  # 15 points below its start
+    assert r["entropy"] == pytest.approx(7.5) and r["reward"] == pytest.approx(0.75)  # the last quarter: steps 7, 8
+    assert r["max_log_w"] == 2.0 and r["steps"] == 8
+    evals[-1]["eval/accuracy"] = 0.35
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    assert not summarize_run(tmp_path)["collapsed"]
+
+
+def _tiny(cfg):
+    m = replace(cfg.model, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
+    return replace(
+        cfg,
+        model=m,
+        data=replace(cfg.data, num_train=40, num_val=6),
+        rollout=replace(cfg.rollout, max_new_tokens=12),
+        sft=replace(cfg.sft, batch_size=4, eval_every=1),
+    )
+
+
+def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
+    """Two tiny runs (two arms, one seed) plus their warm start; a second call runs nothing; the report and the
+    JSON hold the records' numbers and the intervals computed from them."""
+    scale = replace(QUICK, steps=2, prompts=4, group=2, updates=2, eval_every=1, val_samples=2, max_problems=6,
+                    sft_steps=2)  # fmt: skip
+    claim = Claim(
+        "toy",
+        "A toy claim",
+        "the higher clip is better",
+        (Arm("low", then(lambda c: c, loss={"eps_high": 0.1})), Arm("high", lambda c: c)),
+        (Comparison("high", "low", "final", "higher"),),
+    )
+    monkeypatch.setitem(CLAIMS, "toy", claim)
+    out, report = tmp_path / "suite", tmp_path / "docs" / "results.md"
+    base, warm = _tiny(base_config(scale)), _tiny(reproduce_cli.warm_start_config(scale))
+    res = reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=1, base=base, warm=warm)
+
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 2 and len(list((out / "warmstart").glob("*-s0"))) == 1
+    records = {}
+    for d in runs:
+        rec = json.loads((d / "record.json").read_text())
+        cfg = json.loads((d / "run" / "config.json").read_text())
+        records["high" if cfg["loss"]["eps_high"] == 0.28 else "low"] = rec
+        assert not (d / "run" / "checkpoints").exists() and not (d / "run" / "model").exists()
+        assert 0 <= rec["sampled"] <= 1 and rec["steps"] == 2 and rec["seed"] == 0
+        assert cfg["model"]["path"].endswith("-s0/model")  # RL starts from the seed's warm start
+    assert records["low"]["start"] == records["high"]["start"]  # the same warm start
+
+    r = res["claims"]["toy"]
+    arm = {a["name"]: a for a in r["arms"]}
+    assert arm["high"]["summary"]["final"]["mean"] == records["high"]["final"]
+    diff = paired_difference({0: records["high"]["final"]}, {0: records["low"]["final"]})
+    assert r["comparisons"][0]["difference"]["mean"] == diff.mean
+    assert arm["low"]["flags"] == ["--loss.eps_high 0.1"]
+    text = report.read_text()
+    assert "| high | 1 |" in text and "| low | 1 |" in text and f"**Verdict: {r['verdict']}.**" in text
+    assert (report.parent / "results" / "toy.png").stat().st_size > 1000
+    assert json.loads((out / "results.json").read_text())["claims"]["toy"]["verdict"] == r["verdict"]
+
+    stamps = {d.name: (d / "record.json").stat().st_mtime_ns for d in runs}
+    res2 = reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=1, base=base, warm=warm)
+    assert {d.name: (d / "record.json").stat().st_mtime_ns for d in (out / "runs").iterdir()} == stamps
+    assert res2["claims"]["toy"]["arms"] == r["arms"]
+
+    # an unfinished run (no record.json) is started again; a changed arm runs anew
+    (runs[0] / "record.json").unlink()
+    monkeypatch.setitem(CLAIMS, "toy", replace(claim, arms=(*claim.arms, Arm("c", then(lambda c: c, loss={"c": 3.0})))))
+    reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=1, base=base, warm=warm)
+    assert (runs[0] / "record.json").is_file() and len(list((out / "runs").iterdir())) == 3
+
+
+def test_cli_errors_are_one_line_exit_2(capsys):
+    assert rpgrl_main(["reproduce", "nonsense"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown claim 'nonsense'" in err and "methods" in err
+    assert rpgrl_main(["reproduce", "methods", "--seeds", "0"]) == 2
+    assert rpgrl_main(["reproduce", "--bogus", "methods"]) == 2
