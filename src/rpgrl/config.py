@@ -7,6 +7,12 @@ file's source (`field_docs`), the way cleanrl/tyro do. Derived values are proper
 and `check` validates ranges and cross-field constraints once, at the end. Every user-fixable problem raises
 `UsageError` with one line naming it. Registry names (loss, advantage, reward) are checked by the trainer, which
 imports those registries; this module imports nothing but the standard library.
+
+Why not tyro (which reads the same field docstrings): measured with tyro 1.0.17 on this tree, a misspelt key
+(`--loss.betaa 1`) prints an 11-line boxed panel with suggestions, not the one line naming the problem that every
+`rpgrl` command promises (exit code 2, scripts grep it). Range and cross-field checks would stay here anyway. The
+subcommands without a config tree (eval, verify, reproduce) use argparse with the same one-line error (their
+parsers raise UsageError).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from rpgrl.data import Benchmark, Messages, Problem, load_benchmark, prompt_text
-from rpgrl.errors import UsageError
+from rpgrl.errors import ArgumentParser, UsageError
 from rpgrl.rewards.math import (
     INVALID,
     MODES,
@@ -406,15 +406,8 @@ class EvalTracker:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line, exit code 2 from `rpgrl`) instead of printing usage and exiting."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see rpgrl eval --help)")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="rpgrl eval", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="rpgrl eval", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="local Hugging Face model folder")
     p.add_argument("--data", required=True, nargs="+", help="evaluation parquet/JSONL files, one benchmark each")
     p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")

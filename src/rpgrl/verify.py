@@ -20,12 +20,11 @@ A second table (`verify_clip`, same helper) checks RPG-Style Clip row by row: Al
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import torch
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import ArgumentParser, UsageError
 from rpgrl.objectives.divergences import DIVERGENCES
 from rpgrl.objectives.kl import grpo_kl_term
 from rpgrl.objectives.rpg import STYLES, rpg_loss
@@ -202,14 +201,11 @@ def format_rows(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rpgrl verify", description=__doc__.split("\n\n")[0], exit_on_error=False)
+    parser = ArgumentParser(prog="rpgrl verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of the random policies and rewards")
     parser.add_argument("--vocab", type=int, default=3, help="vocabulary size, 2..6 (token 0 is EOS)")
     parser.add_argument("--length", type=int, default=3, help="maximum response length, 1..5")
-    try:
-        args = parser.parse_args(argv)
-    except argparse.ArgumentError as e:
-        raise UsageError(str(e)) from None
+    args = parser.parse_args(argv)
     if not 2 <= args.vocab <= 6 or not 1 <= args.length <= 5:
         raise UsageError(f"--vocab must be in 2..6 and --length in 1..5, got {args.vocab} and {args.length}")
     from rpgrl import verify_clip  # imports this module's helpers

@@ -15,19 +15,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import ArgumentParser, UsageError
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm_start_config
 from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 via rpgrl.cli
-        raise UsageError(message)
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = _Parser(prog="rpgrl reproduce", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="rpgrl reproduce", description=__doc__.splitlines()[0])
     ap.add_argument("claims", nargs="+", metavar="CLAIM", help=f"all, or some of: {', '.join(CLAIMS)}")
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per arm (default 5; --quick: 2)")
     ap.add_argument("--quick", action="store_true", help=f"a few steps per run ({QUICK.steps}), for a smoke test")

@@ -36,6 +36,7 @@ import torch
 
 from rpgrl.config import Config, config_to_dict
 from rpgrl.errors import UsageError
+from rpgrl.objectives.reduce import masked_mean
 from rpgrl.trainer.checkpoint import (
     crash_point,
     remove_leftovers,
@@ -271,7 +272,7 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
     # --- Advantages (from the registry), over the kept batch
     adv = adv_fn(rewards, batch.group, mask).detach()  # (B,) or (B, T)
     adv_tok = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv
-    row = {"adv/mean": _masked_mean(adv_tok, mask), "adv/abs_mean": _masked_mean(adv_tok.abs(), mask)}
+    row = {"adv/mean": masked_mean(adv_tok, mask), "adv/abs_mean": masked_mean(adv_tok.abs(), mask)}
 
     # --- Old log-probs (and the anchor's, if it is a separate model), fixed for the whole update. A strictly
     # on-policy update (one epoch, one mini-batch: every micro-batch sees the weights that sampled it) takes them
@@ -308,8 +309,8 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
     row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (skipped steps excluded)
     if captured:  # one mini-batch of micro-batches: each row's values exactly once
         old_logp, entropy = _scatter_rows(captured, 1, mask), _scatter_rows(captured, 2, mask)
-    row["entropy/mean"] = _masked_mean(entropy, mask)  # of pi_old, the policy that sampled the batch
-    row["response/neg_logp_mean"] = _masked_mean(-old_logp, mask)
+    row["entropy/mean"] = masked_mean(entropy, mask)  # of pi_old, the policy that sampled the batch
+    row["response/neg_logp_mean"] = masked_mean(-old_logp, mask)
     return row
 
 
@@ -532,10 +533,6 @@ def _batched_logprobs(model, batch, cfg: Config, with_entropy: bool = False):
         lps.append(lp)
         ents.append(ent)
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
 def _eval_slice(task: Task, cfg: Config) -> tuple[list[list[int]], list[str]]:
