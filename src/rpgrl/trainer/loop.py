@@ -542,22 +542,7 @@ def _eval_slice(task: Task, cfg: Config) -> tuple[list[list[int]], list[str]]:
 
 def greedy_accuracy(model, tokenizer, prompts: list[list[int]], answers: list[str], cfg: Config) -> float:
     """Fraction of prompts whose greedy response is correct (the reward's `correct`); NaN without prompts."""
-    from rpgrl.rewards import get_reward
-    from rpgrl.rollout import sample
-
-    if not prompts:
-        return float("nan")
-    reward_fn = get_reward(cfg.data.reward)
-    r = sample(
-        model,
-        tokenizer,
-        prompts,
-        n=1,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        greedy=True,
-        batch_size=cfg.rollout.gen_batch_size,
-    )
-    return sum(bool(reward_fn(t, a).correct) for t, a in zip(r.texts, answers, strict=True)) / len(prompts)
+    return _accuracy(model, tokenizer, prompts, answers, cfg, k=1, seed=None)
 
 
 def sampled_accuracy(
@@ -565,6 +550,11 @@ def sampled_accuracy(
 ) -> float:
     """Mean accuracy of `k` responses per prompt sampled at the rollout temperature/top-p (mean@k), drawn from a
     generator seeded by `seed` alone, so training's sampler state is untouched; NaN without prompts."""
+    return _accuracy(model, tokenizer, prompts, answers, cfg, k=k, seed=seed)
+
+
+def _accuracy(model, tokenizer, prompts, answers, cfg: Config, k: int, seed: int | None) -> float:
+    """Mean correctness of `k` responses per prompt: greedy when `seed` is None, else sampled."""
     from rpgrl.rewards import get_reward
     from rpgrl.rollout import sample
 
@@ -579,8 +569,9 @@ def sampled_accuracy(
         max_new_tokens=cfg.rollout.max_new_tokens,
         temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
+        greedy=seed is None,
         batch_size=max(1, cfg.rollout.gen_batch_size // k),
-        generator=torch.Generator(device=model_device(model)).manual_seed(seed),
+        generator=None if seed is None else torch.Generator(device=model_device(model)).manual_seed(seed),
     )
     scored = [bool(reward_fn(t, answers[i // k]).correct) for i, t in enumerate(r.texts)]
     return sum(scored) / len(scored)
