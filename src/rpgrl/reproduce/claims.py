@@ -124,6 +124,8 @@ class Comparison:
     b: str
     metric: Metric
     expect: Expect
+    margin: float = 0.0
+    """'similar' only: the difference that still counts as the same (equivalence margin, in the metric's units)"""
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def _clip_range() -> Claim:
             Arm("eps 0.1/0.1", then(RPG_RF_URKL, loss={"eps_low": 0.1, "eps_high": 0.1})),
         ),
         (
-            Comparison("eps 0.2/0.28", "eps 0.1/0.1", "reward", "similar"),
+            Comparison("eps 0.2/0.28", "eps 0.1/0.1", "reward", "similar", margin=0.05),
             Comparison("eps 0.2/0.28", "eps 0.1/0.1", "entropy", "differs"),
         ),
         columns=("final", "sampled", "reward", "entropy", "collapsed"),

@@ -3,7 +3,8 @@
 Everything in `docs/results.md` is generated here from the records; nothing is typed by hand. A comparison's
 status follows from its 95% interval of the per-seed difference and what the paper leads one to expect:
     higher   supports when the interval lies above 0, contradicts when below, else unresolved
-    similar  consistent when the interval contains 0, contradicts otherwise
+    similar  consistent when the interval lies within +-margin, contradicts when it lies wholly outside, else
+             unresolved (an equivalence test: a small but resolved difference is still "similar")
     differs  supports when the interval excludes 0, else unresolved
 and a claim's verdict from its comparisons' statuses (`verdict`).
 """
@@ -43,13 +44,15 @@ def metric_values(runs: dict[int, dict], metric: str) -> dict[int, float]:
     return out
 
 
-def status(diff: Interval, expect: str) -> str:
+def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
     if diff.n == 0 or math.isnan(diff.mean):
         return "no data"
     if expect == "higher":
         return "supports" if diff.low > 0 else "contradicts" if diff.high < 0 else "unresolved"
     if expect == "similar":
-        return "contradicts" if diff.excludes_zero() else "consistent"
+        if -margin <= diff.low and diff.high <= margin:
+            return "consistent"
+        return "contradicts" if diff.low > margin or diff.high < -margin else "unresolved"
     return "supports" if diff.excludes_zero() else "unresolved"
 
 
@@ -114,7 +117,11 @@ def claim_result(claim: Claim, runs: dict[str, dict[int, dict]], base: Config, s
         a, b = metric_values(runs.get(c.a, {}), c.metric), metric_values(runs.get(c.b, {}), c.metric)
         diff = paired_difference(a, b)
         comps.append(
-            {**dataclasses.asdict(c), "difference": dataclasses.asdict(diff), "status": status(diff, c.expect)}
+            {
+                **dataclasses.asdict(c),
+                "difference": dataclasses.asdict(diff),
+                "status": status(diff, c.expect, c.margin),
+            }
         )
     complete = all(len(runs.get(a.name, {})) >= len(seeds) for a in claim.arms)
     return {
@@ -167,8 +174,12 @@ def _diff_text(c: dict) -> str:
     return (
         f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit} "
         f"[{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}] over {d['n']} seeds, expected "
-        f"{c['expect']}: **{c['status']}**"
+        f"{c['expect']}{_margin(c, scale, unit)}: **{c['status']}**"
     )
+
+
+def _margin(c: dict, scale: float, unit: str) -> str:
+    return f" (within +-{scale * c['margin']:g}{unit})" if c["expect"] == "similar" else ""
 
 
 def claim_markdown(res: dict, plot_dir: str, n_seeds: int) -> str:
