@@ -41,7 +41,7 @@ def test_cuda_without_cuda_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys)
 # Files whose tensors must follow the model: the trainer, the sampler, the advantage and shaping math it calls.
 AUDITED = sorted((SRC / "trainer").glob("*.py")) + [SRC / "rollout.py", SRC / "advantages.py", SRC / "shaping.py"]
 # Host-side generators on purpose: data order (PromptStream, the warm start's order), never used to sample tokens.
-HOST_GENERATORS = {("loop.py", "_permutation"), ("sft.py", "warm_start")}
+HOST_GENERATORS = {("setup.py", "_permutation"), ("sft.py", "warm_start")}
 
 
 def _device_literals(path: Path) -> list[str]:
