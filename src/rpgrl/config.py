@@ -17,18 +17,16 @@ parsers raise UsageError).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import inspect
 import math
-import textwrap
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rpgrl.errors import UsageError
+from rpgrl.fields import field_docs
+from rpgrl.options import Agg, Analogue, Branch, Divergence, Level, OptionError, RPGOptions, Style, rpg_field
 
 
 @dataclass(frozen=True)
@@ -115,45 +113,44 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class LossConfig:
+    """The policy loss. The rpg-only fields take their default and documentation from `rpgrl.options.RPGOptions`
+    (the one declaration of RPG's options); `clip_branch` and `kl_clamp` are its `branch` and `kl_value_clamp`."""
+
     name: str = "rpg"
     """policy loss family in the LOSSES registry ('rpg', 'grpo', 'dapo', 'ppo', 'reinforce_pp')"""
     advantage: str = "rpg"
     """advantage estimator in the ADVANTAGES registry ('rpg' = group mean, 'grpo' = mean/std, ...)"""
-    divergence: Literal["fkl", "rkl", "ufkl", "urkl"] = "urkl"
-    """rpg only: the KL regulariser (spec 2.2)"""
-    style: Literal["differentiable", "reinforce"] = "reinforce"
-    """rpg only: fully differentiable surrogate or REINFORCE-style (stop-gradient weight times log-prob)"""
-    level: Literal["token", "sequence"] = "token"
-    """rpg only: per-token ratios as the released code, or whole-response ratios as the paper's theory"""
-    agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    """how per-token losses are reduced (verl's loss_agg_mode); the global count is the normalizer"""
-    beta: float = 1e-4
-    """KL coefficient (GRPO as released: 1e-3)"""
-    clip: str | None = "dual"
+    divergence: Divergence = rpg_field("divergence")
+    style: Style = rpg_field("style")
+    level: Level = rpg_field("level")
+    agg: Agg = rpg_field("agg")
+    beta: float = rpg_field("beta")
+    """KL coefficient of rpg's divergence or of ppo-family losses' kl term (GRPO as released: 1e-3)"""
+    clip: str | None = rpg_field("clip")
     """rpg: 'dual' (RPG-Style Clip), 'truncate' (truncated importance weights) or none; ppo-family losses always
     clip the ratio to [1-eps_low, 1+eps_high] and add the dual clip c only with 'dual'"""
-    clip_branch: Literal["effective", "raw"] = "effective"
-    """rpg reinforce dual clip: branch on sign(A') as Algorithm 2 ('effective') or on sign(A) as the code ('raw')"""
-    kl_in_clip: bool = True
-    """rpg differentiable + dual clip: KL inside the clipped advantage (paper, Alg. 1), or false for a separate
-    unclipped KL loss added to a PPO-clipped reward term (the released scripts, spec 4.3 iv)"""
-    analogue: Literal["exact", "paper"] = "exact"
-    """rpg differentiable + dual clip: the advantage analogue A_hat; 'exact' matches the unclipped surrogate per
-    sample, 'paper' is Sec. 3.3's A - beta log w (urkl) / A - beta (log w + 1) (rkl) / A (fkl, ufkl)"""
+    clip_branch: Branch = rpg_field("branch")
+    kl_in_clip: bool = rpg_field("kl_in_clip")
+    analogue: Analogue = rpg_field("analogue")
     kl: Literal["k1", "k3", "k3_corrected"] | None = None
     """ppo-family losses (ppo, grpo, reinforce_pp): the per-token KL term against the anchor (ref.mode), or none"""
-    kl_clamp: float | None = None
+    kl_clamp: float | None = rpg_field("kl_value_clamp")
     """clamp the separate per-token KL term's value to [-kl_clamp, kl_clamp] (verl: 10 for low_var_kl and the
     released rpg KL losses; zero gradient outside); counted in a metric. None = no clamp"""
-    eps_low: float = 0.2
-    """clip range low side: ratios below 1 - eps_low are clipped"""
-    eps_high: float = 0.28
-    """clip range high side: ratios above 1 + eps_high are clipped"""
-    c: float = 10.0
-    """dual-clip constant (> 1) for negative advantages"""
-    max_log_w: float | None = None
-    """rpg: clamp log w per unit to <= this before anything else (zero gradient above; counted in
-    clip/frac_max_log_w); None = off"""
+    eps_low: float = rpg_field("eps_low")
+    eps_high: float = rpg_field("eps_high")
+    c: float = rpg_field("c")
+    max_log_w: float | None = rpg_field("max_log_w")
+
+    def rpg_options(self) -> RPGOptions:
+        """This config's options for `rpg_loss` (unchecked; `.check()` validates them)."""
+        names = {f.name for f in dataclasses.fields(RPGOptions)}
+        mine = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
+        return RPGOptions(**mine, branch=self.clip_branch, kl_value_clamp=self.kl_clamp)
+
+
+# RPGOptions field -> its loss.* key where the names differ
+LOSS_KEYS = {"branch": "clip_branch", "kl_value_clamp": "kl_clamp"}
 
 
 @dataclass(frozen=True)
@@ -288,25 +285,7 @@ SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Field documentation: the string literal under each field, read from this file's source.
-
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """Map field name -> the docstring written right under it in `cls`'s source."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+# Help: each field's documentation (`fields.field_docs`: the string literal under it, or its RPGOptions doc).
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -542,6 +521,11 @@ def check(cfg: Config) -> Config:
     need(lo.c > 1, "loss.c", f"must be > 1, got {lo.c}")
     need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
     need(lo.max_log_w is None or lo.name == "rpg", "loss.max_log_w", f"applies to loss.name rpg only, not {lo.name}")
+    if lo.name == "rpg":  # the cross-option rules (e.g. truncate needs reinforce), as rpg_loss applies them
+        try:
+            lo.rpg_options().check()
+        except OptionError as e:
+            raise UsageError(f"loss.{LOSS_KEYS.get(e.option, e.option)}: {e}") from None
     need(o.lr >= 0, "optim.lr", f"must be >= 0, got {o.lr}")
     need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
     need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")

@@ -329,7 +329,7 @@ def nan_at(x, i, j):
 BAD = [
     (lambda d: {**d, "old_logp": d["old_logp"][:, :3]}, {}, "old_logp .* must have the shape of logp"),
     (lambda d: {**d, "old_logp": d["old_logp"].float()}, {}, "old_logp has dtype torch.float32 but logp"),
-    (lambda d: {**d, "advantages": d["advantages"][:4]}, {}, r"advantages \(4,\) must be \(B,\) or \(B, T\)"),
+    (lambda d: {**d, "advantages": d["advantages"][:4]}, {}, r"advantages has shape \(4,\): must be \(B,\)"),
     (lambda d: {**d, "advantages": d["advantages"].float()}, {}, "advantages has dtype"),
     (lambda d: {**d, "mask": d["mask"][:, :2]}, {}, "mask .* must have the shape"),
     (lambda d: {**d, "mask": d["mask"] * 2}, {}, "mask must be bool or contain only 0 and 1"),

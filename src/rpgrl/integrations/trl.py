@@ -24,6 +24,7 @@ vLLM's importance-sampling correction multiplies the per-token loss, as TRL does
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +32,8 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from rpgrl.integrations._common import rpg_loss_nonempty
-from rpgrl.objectives.divergences import DIVERGENCES
-from rpgrl.objectives.reduce import AGG_MODES, aggregate
-from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES
+from rpgrl.objectives.reduce import aggregate
+from rpgrl.options import OptionError, RPGOptions, rpg_field
 
 # Inputs GRPOTrainer may hand to the model forward besides ids and mask (multimodal models).
 _FORWARD_KEYS = (
@@ -52,27 +52,23 @@ _FORWARD_KEYS = (
 
 @dataclass
 class RPGConfig(GRPOConfig):
-    """GRPOConfig plus the RPG loss options (same names as `rpgrl.rpg_loss`). Defaults: RPG-REINFORCE-URKL with
-    RPG-Style Clip, beta 1e-4, clip 0.2/0.28, c = 10, token-mean, group-mean advantage (the paper's settings)."""
+    """GRPOConfig plus the RPG loss options (`rpgrl.options.RPGOptions`, whose names, defaults and checks they take;
+    TRL's own names where TRL has the setting: `rpg_beta`, `epsilon`/`epsilon_high`, `clip_ratio_c`). Defaults:
+    RPG-REINFORCE-URKL with RPG-Style Clip, beta 1e-4, clip 0.2/0.28, c = 10, token-mean, group-mean advantage (the
+    paper's settings)."""
 
-    divergence: str = field(default="urkl", metadata={"help": "KL regulariser: fkl, rkl, ufkl or urkl."})
-    style: str = field(default="reinforce", metadata={"help": "Surrogate: 'differentiable' or 'reinforce'."})
-    rpg_beta: float = field(
-        default=1e-4, metadata={"help": "RPG's KL coefficient, applied inside the loss (TRL's `beta` stays 0)."}
-    )
-    level: str = field(default="token", metadata={"help": "'token' (per-token ratios) or 'sequence' (paper)."})
-    agg: str = field(default="token-mean", metadata={"help": "token-mean, seq-mean-token-sum or seq-mean-token-mean."})
-    clip: str | None = field(
-        default="dual", metadata={"help": "'dual' (RPG-Style Clip), 'truncate' (reinforce only) or None."}
-    )
-    clip_ratio_c: float = field(default=10.0, metadata={"help": "Dual-clip cap c > 1 for negative advantages."})
-    branch: str = field(default="effective", metadata={"help": "Dual clip on sign(A') ('effective') or sign(A)."})
-    kl_in_clip: bool = field(
-        default=True, metadata={"help": "Differentiable dual clip: KL inside the clipped advantage (paper)."}
-    )
-    analogue: str = field(default="exact", metadata={"help": "Differentiable dual clip advantage: exact or paper."})
-    kl_value_clamp: float | None = field(default=None, metadata={"help": "Clamp the separate KL term to [-K, K]."})
-    max_log_w: float | None = field(default=None, metadata={"help": "Clamp log w to <= M (counted in a metric)."})
+    divergence: str = rpg_field("divergence")
+    style: str = rpg_field("style")
+    rpg_beta: float = rpg_field("beta", help="RPG's KL coefficient, applied inside the loss (TRL's `beta` stays 0).")
+    level: str = rpg_field("level")
+    agg: str = rpg_field("agg")
+    clip: str | None = rpg_field("clip")
+    clip_ratio_c: float = rpg_field("c")
+    branch: str = rpg_field("branch")
+    kl_in_clip: bool = rpg_field("kl_in_clip")
+    analogue: str = rpg_field("analogue")
+    kl_value_clamp: float | None = rpg_field("kl_value_clamp")
+    max_log_w: float | None = rpg_field("max_log_w")
     # GRPOConfig fields with RPG defaults
     scale_rewards: str = field(
         default="none", metadata={"help": "'none': A = R - group mean (RPG's estimator); 'group': GRPO's."}
@@ -86,19 +82,10 @@ class RPGConfig(GRPOConfig):
                 f"RPGConfig: beta={self.beta} would load a reference model for TRL's own KL; RPG's KL is anchored to "
                 "pi_old and applied by the loss: set rpg_beta instead and leave beta=0.0"
             )
-        for name, value, valid in (
-            ("divergence", self.divergence, DIVERGENCES),
-            ("style", self.style, STYLES),
-            ("level", self.level, LEVELS),
-            ("agg", self.agg, AGG_MODES),
-            ("clip", self.clip, CLIPS),
-            ("branch", self.branch, BRANCHES),
-            ("analogue", self.analogue, ANALOGUES),
-        ):
-            if value not in valid:
-                raise ValueError(f"RPGConfig: {name}={value!r} is not one of {', '.join(map(str, valid))}")
-        if not self.rpg_beta >= 0:
-            raise ValueError(f"RPGConfig: rpg_beta must be >= 0, got {self.rpg_beta}")
+        try:
+            self.options().check()
+        except OptionError as e:
+            raise ValueError(f"RPGConfig: {_TRL_NAMES.get(e.option, e.option)}: {e}") from None
         unsupported = {
             "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
             "top_entropy_quantile": self.top_entropy_quantile < 1.0,
@@ -117,24 +104,20 @@ class RPGConfig(GRPOConfig):
                     "importance-sampling correction to; set vllm_importance_sampling_correction=False"
                 )
 
+    def options(self) -> RPGOptions:
+        """The RPG options this config sets (TRL's clip range included)."""
+        eps_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        shared = [f.name for f in dataclasses.fields(RPGOptions) if f.name not in _TRL_NAMES]
+        mine = {name: getattr(self, name) for name in shared}
+        return RPGOptions(**mine, beta=self.rpg_beta, c=self.clip_ratio_c, eps_low=self.epsilon, eps_high=eps_high)
+
     def rpg_options(self) -> dict[str, Any]:
         """The keyword arguments of `rpg_loss` this config sets."""
-        return {
-            "divergence": self.divergence,
-            "style": self.style,
-            "beta": self.rpg_beta,
-            "level": self.level,
-            "agg": self.agg,
-            "clip": self.clip,
-            "eps_low": self.epsilon,
-            "eps_high": self.epsilon if self.epsilon_high is None else self.epsilon_high,
-            "c": self.clip_ratio_c,
-            "branch": self.branch,
-            "kl_in_clip": self.kl_in_clip,
-            "analogue": self.analogue,
-            "kl_value_clamp": self.kl_value_clamp,
-            "max_log_w": self.max_log_w,
-        }
+        return self.options().kwargs()
+
+
+# RPGOptions field -> RPGConfig field where the names differ
+_TRL_NAMES = {"beta": "rpg_beta", "c": "clip_ratio_c", "eps_low": "epsilon", "eps_high": "epsilon_high"}
 
 
 class RPGTrainer(GRPOTrainer):

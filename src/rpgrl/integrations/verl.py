@@ -59,9 +59,7 @@ from verl.workers.config import PolicyLossConfig
 
 from rpgrl.advantages import get_advantage
 from rpgrl.integrations._common import rpg_loss_nonempty
-from rpgrl.objectives.divergences import DIVERGENCES
-from rpgrl.objectives.reduce import AGG_MODES
-from rpgrl.objectives.rpg import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES
+from rpgrl.options import AGG_MODES, DIVERGENCES, STYLES, OptionError, RPGOptions, rpg_field
 
 _HALF = (torch.float16, torch.bfloat16)
 LOSS_MODES = tuple(f"rpg_{d}_{s}" for d in DIVERGENCES for s in STYLES)
@@ -78,18 +76,12 @@ class RPGPolicyLossConfig(PolicyLossConfig):
     """KL coefficient (the paper: 1e-4)"""
     clip: str | None = MISSING
     """'dual' (RPG-Style Clip, Alg. 1/2), 'truncate' (truncated importance weights, reinforce only) or null"""
-    level: str = "token"
-    """'token' (per-token ratios, the released code) or 'sequence' (whole-response ratios, the paper)"""
-    branch: str = "effective"
-    """dual clip branch: sign(A') as the paper ('effective') or sign(A) as the released code ('raw')"""
-    kl_in_clip: bool = True
-    """differentiable dual clip: KL inside the clipped advantage (paper) or a separate unclipped term (code)"""
-    analogue: str = "exact"
-    """differentiable dual clip advantage analogue: 'exact' (per-sample Table 1) or 'paper' (spec 4.1)"""
-    kl_value_clamp: float | None = None
-    """clamp the separate KL term to [-K, K] (the authors' 10); null = off"""
-    max_log_w: float | None = None
-    """clamp log w to <= M before anything else; null = off"""
+    level: str = rpg_field("level")
+    branch: str = rpg_field("branch")
+    kl_in_clip: bool = rpg_field("kl_in_clip")
+    analogue: str = rpg_field("analogue")
+    kl_value_clamp: float | None = rpg_field("kl_value_clamp")
+    max_log_w: float | None = rpg_field("max_log_w")
 
     def __post_init__(self):
         if self.beta == MISSING or self.clip == MISSING:
@@ -97,29 +89,18 @@ class RPGPolicyLossConfig(PolicyLossConfig):
                 "RPGPolicyLossConfig needs beta and clip: add +actor_rollout_ref.actor.policy_loss.beta=<float> and "
                 "+actor_rollout_ref.actor.policy_loss.clip=<dual|truncate|null>"
             )
-        if isinstance(self.beta, bool) or not isinstance(self.beta, int | float) or self.beta < 0:
-            raise ValueError(f"policy_loss.beta must be a number >= 0, got {self.beta!r}")
-        for name, value, valid in (
-            ("clip", self.clip, CLIPS),
-            ("level", self.level, LEVELS),
-            ("branch", self.branch, BRANCHES),
-            ("analogue", self.analogue, ANALOGUES),
-        ):
-            if value not in valid:
-                raise ValueError(f"policy_loss.{name}={value!r} is not one of {', '.join(map(str, valid))}")
+        try:
+            RPGOptions(**self.rpg_options()).check_values()  # cross-option rules need the mode: at the first call
+        except OptionError as e:
+            raise ValueError(f"policy_loss.{e.option}: {e}") from None
 
     def rpg_options(self) -> dict[str, Any]:
-        """The keyword arguments of `rpg_loss` this config sets."""
-        return {
-            "beta": float(self.beta),
-            "clip": self.clip,
-            "level": self.level,
-            "branch": self.branch,
-            "kl_in_clip": self.kl_in_clip,
-            "analogue": self.analogue,
-            "kl_value_clamp": self.kl_value_clamp,
-            "max_log_w": self.max_log_w,
-        }
+        """The keyword arguments of `rpg_loss` this config sets (the clip range and c come from verl's actor)."""
+        return {name: getattr(self, name) for name in _OWN}
+
+
+# The RPGOptions fields set in policy_loss (divergence and style come from the mode name, the clip range from verl)
+_OWN = ("beta", "clip", "level", "branch", "kl_in_clip", "analogue", "kl_value_clamp", "max_log_w")
 
 
 def _options(config: Any, mode: str) -> dict[str, Any]:

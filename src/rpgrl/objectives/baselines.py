@@ -34,13 +34,12 @@ from typing import Literal
 import torch
 
 from rpgrl.objectives.base import LossOutput, register_loss, reported
+from rpgrl.objectives.checks import check_finite, check_tensors
 from rpgrl.objectives.kl import grpo_kl_term, k3
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
 KL_KINDS = ("k1", "k3", "k3_corrected")
-
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def ppo_loss(
@@ -83,8 +82,8 @@ def ppo_loss(
     loss and KL metrics are computed in float64; every metric saturates at +-1e30 (`base.METRIC_LIMIT`), never inf.
     """
     _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
-    _check_tensors(logp, old_logp, advantages, mask, ref_logp)
-    m = mask.bool()
+    m = check_tensors(logp, old_logp, advantages, mask, {"ref_logp": ref_logp}, loss="ppo_loss")
+    check_finite({"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "advantages": advantages}, m)
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     # Padding is replaced by 0 before any math: garbage (even inf/NaN) there reaches neither value nor gradient.
     logp = torch.where(m, logp, zero)
@@ -298,52 +297,6 @@ def _check_options(
         raise ValueError("ref_logp / kl_clamp are only used by the KL term; set kl or drop them")
     if kl_clamp is not None and not kl_clamp > 0:
         raise ValueError(f"kl_clamp must be > 0 (or None), got {kl_clamp}")
-
-
-def _check_tensors(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    ref_logp: torch.Tensor | None,
-) -> None:
-    """Shapes, dtypes, empty responses, and non-finite values where the mask counts (one-line ValueErrors)."""
-    given = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "ref_logp": ref_logp}
-    for name, x in given.items():
-        if x is not None and not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if logp.dim() != 2:
-        raise ValueError(f"logp must be (B, T), got shape {tuple(logp.shape)}")
-    if logp.shape[0] == 0:
-        raise ValueError("empty batch: logp has B = 0 sequences")
-    if not logp.is_floating_point() or logp.dtype in _HALF:
-        raise ValueError(f"logp has dtype {logp.dtype}; use float32 or float64 (half precision garbles the ratio)")
-    if mask.shape != logp.shape:
-        raise ValueError(f"mask {tuple(mask.shape)} must have the shape of logp {tuple(logp.shape)}")
-    named = {"old_logp": old_logp} if ref_logp is None else {"old_logp": old_logp, "ref_logp": ref_logp}
-    for name, x in named.items():
-        if x.shape != logp.shape:
-            raise ValueError(f"{name} {tuple(x.shape)} must have the shape of logp {tuple(logp.shape)}")
-        if x.dtype != logp.dtype:
-            raise ValueError(f"{name} has dtype {x.dtype} but logp has {logp.dtype}")
-    if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(
-            f"advantages {tuple(advantages.shape)} must be (B,) or (B, T) with (B, T) = {tuple(logp.shape)}"
-        )
-    if advantages.dtype != logp.dtype:
-        raise ValueError(f"advantages has dtype {advantages.dtype} but logp has {logp.dtype}")
-    if mask.dtype != torch.bool and ((mask != 0) & (mask != 1)).any():
-        raise ValueError("mask must be bool or contain only 0 and 1")
-    m = mask.bool()
-    empty = (~m.any(dim=1)).nonzero()
-    if empty.numel():
-        raise ValueError(f"mask row {empty[0, 0].item()} is all zero (a response with no tokens)")
-    named = {"logp": logp, **named, "advantages": advantages}
-    bad = {name: ~torch.isfinite(x.detach()) & (m if x.dim() == 2 else True) for name, x in named.items()}
-    if torch.stack([b.any() for b in bad.values()]).any():  # one host sync; name the culprit only on failure
-        name, b = next((name, b) for name, b in bad.items() if b.any())
-        idx = tuple(b.nonzero()[0].tolist())
-        raise ValueError(f"{name} is not finite ({named[name][idx].item()}) at masked-in position {idx}")
 
 
 __all__ = ["KL_KINDS", "KLKind", "dapo_loss", "grpo_loss", "ppo_loss", "reinforce_pp_loss"]

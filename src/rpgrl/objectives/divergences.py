@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-DIVERGENCES = ("fkl", "rkl", "ufkl", "urkl")
+from rpgrl.options import DIVERGENCES  # noqa: F401 (declared with the other RPG options)
 
 
 def _check(divergence: str) -> None:

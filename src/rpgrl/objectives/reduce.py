@@ -11,7 +11,7 @@ import math
 
 import torch
 
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+from rpgrl.options import AGG_MODES  # noqa: F401 (declared with the other RPG options)
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

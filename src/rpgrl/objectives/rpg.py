@@ -15,13 +15,9 @@ import torch
 
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
-from rpgrl.objectives.reduce import AGG_MODES, check_normalizer
-
-STYLES = ("differentiable", "reinforce")
-LEVELS = ("token", "sequence")
-CLIPS = (None, "dual", "truncate")
-BRANCHES = ("effective", "raw")
-ANALOGUES = ("exact", "paper")
+from rpgrl.objectives.checks import check_finite, check_tensors
+from rpgrl.objectives.reduce import check_normalizer
+from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
 
 
 @register_loss("rpg")
@@ -121,9 +117,9 @@ def rpg_loss(
     finite loss never comes with an inf or NaN metric, and 1e30 means the estimate overflowed (e.g. kl/k3_anchor
     with pi_a/pi_theta > e^88 in float32).
     """
-    o = _Options(divergence, style, level, agg, clip, eps_low, eps_high, c, branch, kl_in_clip, analogue, beta,
-                 kl_value_clamp, max_log_w)  # fmt: skip
-    o.validate()
+    o = RPGOptions(divergence=divergence, style=style, beta=beta, level=level, agg=agg, clip=clip, eps_low=eps_low,
+                   eps_high=eps_high, c=c, branch=branch, kl_in_clip=kl_in_clip, analogue=analogue,
+                   kl_value_clamp=kl_value_clamp, max_log_w=max_log_w).check()  # fmt: skip
     check_normalizer(normalizer)
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
     if style == "differentiable":
@@ -143,43 +139,6 @@ def rpg_loss(
     clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
     r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
-
-
-@dataclass(frozen=True)
-class _Options:
-    """rpg_loss's keyword options (documented in its docstring), validated once."""
-
-    divergence: str
-    style: str
-    level: str
-    agg: str
-    clip: str | None
-    eps_low: float
-    eps_high: float
-    c: float
-    branch: str
-    kl_in_clip: bool
-    analogue: str
-    beta: float
-    kl_value_clamp: float | None
-    max_log_w: float | None
-
-    @property
-    def separate_kl(self) -> bool:
-        """Is the KL a separate, unclipped term (differentiable style without clip, or the released dual clip)?"""
-        if self.style != "differentiable":
-            return False
-        released = not self.kl_in_clip or (self.analogue == "paper" and self.divergence in ("fkl", "ufkl"))
-        return self.clip is None or released
-
-    def validate(self) -> None:
-        _check_options(self)
-        _check_guards(self.kl_value_clamp, self.max_log_w)
-        if self.kl_value_clamp is not None and not self.separate_kl:
-            raise ValueError(
-                "kl_value_clamp clamps a separate KL term: use style='differentiable' with clip=None or "
-                "kl_in_clip=False"
-            )
 
 
 @dataclass
@@ -206,10 +165,11 @@ class _Ratios:
         return (x & self.unit_mask).sum().to(dtype) / self.n_tok
 
 
-def _ratios(logp, old_logp, advantages, mask, anchor_logp, o: _Options) -> _Ratios:
+def _ratios(logp, old_logp, advantages, mask, anchor_logp, o: RPGOptions) -> _Ratios:
     """Checks the tensors, forms the per-token and per-unit log-ratios, applies `max_log_w`, and starts the metrics
     (log_w/min, log_w/max, clip/frac_max_log_w)."""
-    mask_b = _check_tensors(logp, old_logp, advantages, mask, anchor_logp, o.level)
+    mask_b = check_tensors(logp, old_logp, advantages, mask, {"anchor_logp": anchor_logp}, loss="rpg_loss",
+                           per_response_advantages=o.level == "sequence")  # fmt: skip
     old_logp, advantages = old_logp.detach(), advantages.detach()
     # Per-token log-ratios, zeroed at padding so garbage there never reaches exp() or backward().  (B, T)
     log_w_tok = torch.where(mask_b, logp - old_logp, 0.0)
@@ -224,7 +184,8 @@ def _ratios(logp, old_logp, advantages, mask, anchor_logp, o: _Options) -> _Rati
     lw_total = log_w.detach().sum()  # sum over all tokens (padding is 0)
     rho_total = None if log_rho is None else log_rho.sum()
     check = lw_total + adv.sum() + (0.0 if rho_total is None else rho_total)
-    _check_finite(check, logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b)
+    named = {"logp": logp, "old_logp": old_logp, "anchor_logp": anchor_logp, "advantages": advantages}
+    check_finite(named, mask_b, total=check, log_w_tok=log_w_tok)
 
     n_tok = mask_b.sum()
     r = _Ratios(mask_b, log_w_tok, log_rho_tok, adv, log_w, log_rho, log_w, n_tok,
@@ -242,7 +203,7 @@ def _ratios(logp, old_logp, advantages, mask, anchor_logp, o: _Options) -> _Rati
     return r
 
 
-def _reinforce(logp: torch.Tensor, r: _Ratios, o: _Options) -> torch.Tensor:
+def _reinforce(logp: torch.Tensor, r: _Ratios, o: RPGOptions) -> torch.Tensor:
     """REINFORCE style: per-token loss -coef * logp, the coefficient detached, logp cut in clipped rows. (B, T)"""
     with torch.no_grad():
         neg_coef, active = _reinforce_coef(r.log_w.detach(), r.log_u.detach(), r, o)
@@ -291,7 +252,7 @@ def _inside(bound: float, direction: int, like: torch.Tensor) -> torch.Tensor:
     return torch.nextafter(x, torch.tensor(direction * math.inf, dtype=like.dtype, device=like.device))
 
 
-def _differentiable(r: _Ratios, o: _Options) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-unit differentiable loss (spec 2.1 l_diff; with clip='dual' paper Alg. 1 / spec 4.1). Returns
     (loss_unit, kl_unit) with kl_unit = rho phi(u) when it is a separate term, else None. Shapes: units."""
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
@@ -348,7 +309,7 @@ def _clamped_kl(divergence, log_u, log_rho, k: float) -> tuple[torch.Tensor, tor
     return torch.where(clamped, fill, kl), clamped
 
 
-def _reinforce_coef(log_w, log_u, r: _Ratios, o: _Options):
+def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     """Minus the detached REINFORCE coefficient per unit (spec 2.1 Weight, 4.2 Alg. 2, Remark F.2) and the active
     mask of Alg. 2 (None when nothing is masked). The loss is -coef * logp with logp cut where not active."""
     log_rho, adv, divergence, beta, clip, branch = r.log_rho, r.adv, o.divergence, o.beta, o.clip, o.branch
@@ -389,7 +350,7 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: _Options):
 
 
 @torch.no_grad()
-def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: _Options, normalizer) -> dict[str, torch.Tensor]:
+def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -> dict[str, torch.Tensor]:
     """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
     NaN; `reported` saturates what exceeds the range); log_w/abs_mean and kl/grad_share, the off-policy regime.
     `kl_unit`: the loss's clamped KL term, else None (recomputed: an unclamped term may have overflowed where the
@@ -429,106 +390,3 @@ def _aggregate_rows(row: torch.Tensor, mask_b: torch.Tensor, agg: str, normalize
 
 
 # ---------------------------------------------------------------------------------------------------- validation
-
-
-def _one_of(name: str, value, valid) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
-
-
-def _check_options(o: _Options) -> None:
-    divergence, style, level, agg, clip, branch, analogue = (
-        o.divergence,
-        o.style,
-        o.level,
-        o.agg,
-        o.clip,
-        o.branch,
-        o.analogue,
-    )
-    beta, eps_low, eps_high, c = o.beta, o.eps_low, o.eps_high, o.c
-    _one_of("divergence", divergence, dv.DIVERGENCES)
-    _one_of("style", style, STYLES)
-    _one_of("level", level, LEVELS)
-    _one_of("agg", agg, AGG_MODES)
-    _one_of("clip", clip, CLIPS)
-    _one_of("branch", branch, BRANCHES)
-    _one_of("analogue", analogue, ANALOGUES)
-    for name, v in (("beta", beta), ("eps_low", eps_low), ("eps_high", eps_high), ("c", c)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-            raise ValueError(f"{name} must be a real number, got {v!r}")
-    if not (0 <= beta < math.inf):
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
-    if not 0 <= eps_low <= 1:
-        raise ValueError(f"eps_low must be in [0, 1] (lower clip bound 1 - eps_low >= 0), got {eps_low}")
-    if not eps_high >= 0:
-        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
-    if not c > 1:
-        raise ValueError(f"c must be > 1 (dual-clip cap on w for negative advantages), got {c}")
-    if clip == "truncate" and style != "reinforce":
-        raise ValueError("clip='truncate' (truncated importance weights, Remark F.2) needs style='reinforce'")
-
-
-def _check_guards(kl_value_clamp, max_log_w) -> None:
-    if kl_value_clamp is not None and not (isinstance(kl_value_clamp, (int, float)) and kl_value_clamp > 0):
-        raise ValueError(f"kl_value_clamp must be None or a number > 0, got {kl_value_clamp!r}")
-    if max_log_w is not None and not (isinstance(max_log_w, (int, float)) and math.isfinite(max_log_w)):
-        raise ValueError(f"max_log_w must be None or a finite number, got {max_log_w!r}")
-
-
-def _check_tensors(logp, old_logp, advantages, mask, anchor_logp, level) -> torch.Tensor:
-    """Shapes, dtypes, mask values, empty rows. Returns the boolean mask (B, T)."""
-    named = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask}
-    if anchor_logp is not None:
-        named["anchor_logp"] = anchor_logp
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if logp.dim() != 2 or logp.numel() == 0:
-        raise ValueError(f"logp must be a non-empty (B, T) tensor, got shape {tuple(logp.shape)}")
-    if logp.dtype not in (torch.float32, torch.float64):
-        raise ValueError(
-            f"logp has dtype {logp.dtype}; rpg_loss needs float32 or float64 log-probs (upcast first: in half "
-            "precision the small differences logp - old_logp are lost)"
-        )
-    B, T = logp.shape
-    for name in ("old_logp", "mask", "anchor_logp"):
-        if name in named and named[name].shape != logp.shape:
-            raise ValueError(f"{name} has shape {tuple(named[name].shape)}, expected {(B, T)} like logp")
-    for name in ("old_logp", "advantages", "anchor_logp"):
-        if name in named and named[name].dtype != logp.dtype:
-            raise ValueError(f"{name} has dtype {named[name].dtype} but logp has {logp.dtype}; pass the same dtype")
-    if advantages.shape not in ((B,), (B, T)):
-        raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected {(B,)} or {(B, T)}")
-    if level == "sequence" and advantages.dim() == 2:
-        raise ValueError("level='sequence' needs one advantage per response: advantages of shape (B,), got (B, T)")
-    if mask.dtype == torch.bool:
-        mask_b = mask
-    else:
-        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError("mask must be bool or contain only 0 and 1")
-        mask_b = mask != 0
-    has_tok = mask_b.any(-1)
-    if not bool(has_tok.all()):
-        row = int((~has_tok).nonzero()[0, 0])
-        raise ValueError(f"mask row {row} is all zero (a response with no tokens); drop it from the batch")
-    return mask_b
-
-
-def _check_finite(total, logp, old_logp, anchor_logp, advantages, log_w_tok, mask_b) -> None:
-    """One fused check (a sum that is already computed); only on failure find and name the bad entry."""
-    if bool(torch.isfinite(total)):
-        return
-    named = {"logp": logp, "old_logp": old_logp, "anchor_logp": anchor_logp, "advantages": advantages}
-    for name, t in named.items():
-        if t is None:
-            continue
-        bad = ~torch.isfinite(t.detach())
-        bad = bad & (mask_b if t.dim() == 2 else mask_b.any(-1))
-        if bool(bad.any()):
-            idx = tuple(bad.nonzero()[0].tolist())
-            raise ValueError(f"{name} is not finite ({t[idx].item()}) at masked-in position {idx}")
-    bad = ~torch.isfinite(log_w_tok.detach())
-    if bool(bad.any()):
-        raise ValueError(f"logp - old_logp overflows at position {tuple(bad.nonzero()[0].tolist())}")
-    # else: only the check-sum overflowed; every entry is finite

@@ -51,22 +51,7 @@ def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[
 def loss_options(lc: LossConfig) -> dict[str, Any]:
     """Keyword options for the registered loss `lc.name` (not the tensors, normalizer or anchor)."""
     if lc.name == "rpg":
-        return dict(
-            divergence=lc.divergence,
-            style=lc.style,
-            beta=lc.beta,
-            level=lc.level,
-            agg=lc.agg,
-            clip=lc.clip,
-            eps_low=lc.eps_low,
-            eps_high=lc.eps_high,
-            c=lc.c,
-            branch=lc.clip_branch,
-            kl_in_clip=lc.kl_in_clip,
-            analogue=lc.analogue,
-            kl_value_clamp=lc.kl_clamp,
-            max_log_w=lc.max_log_w,
-        )
+        return lc.rpg_options().kwargs()
     # PPO family (ppo, grpo, dapo, reinforce_pp): ratio clip always, dual clip c with clip='dual'
     opts: dict[str, Any] = dict(
         eps_low=lc.eps_low, eps_high=lc.eps_high, clip_c=lc.c if lc.clip == "dual" else None, agg=lc.agg

@@ -1,0 +1,100 @@
+"""Input validation shared by every policy loss (`rpg_loss`, `ppo_loss` and its presets): one-line ValueErrors that
+name the tensor, the position and the value. Host syncs are kept to what each check needs: one for a non-bool mask's
+values, one for empty rows, one for the finiteness of everything (a single fused sum; the culprit is searched only
+when that sum is not finite)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_tensors(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    others: dict[str, torch.Tensor | None],
+    *,
+    loss: str,
+    per_response_advantages: bool = False,
+) -> torch.Tensor:
+    """Types, shapes, dtypes, mask values and empty responses. Returns the boolean mask (B, T).
+
+    Shapes: logp, old_logp, mask and every tensor in `others` (e.g. anchor_logp, ref_logp; None = not given): (B, T);
+    advantages (B,) or (B, T), only (B,) with `per_response_advantages`. logp is float32 or float64 and the other
+    float inputs share its dtype; mask is bool or 0/1 numbers. `loss` names the caller in messages."""
+    given = {k: v for k, v in others.items() if v is not None}
+    named = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, **given}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if logp.dim() != 2 or logp.numel() == 0:
+        raise ValueError(f"logp must be (B, T) with B, T > 0, got shape {tuple(logp.shape)}")
+    if logp.dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"logp has dtype {logp.dtype}; {loss} needs float32 or float64 log-probs (upcast first: in half "
+            "precision the small differences logp - old_logp are lost)"
+        )
+    B, T = logp.shape
+    for name in ("old_logp", "mask", *given):
+        if named[name].shape != logp.shape:
+            raise ValueError(f"{name} has shape {tuple(named[name].shape)} but must have the shape of logp {(B, T)}")
+    for name in ("old_logp", "advantages", *given):
+        if named[name].dtype != logp.dtype:
+            raise ValueError(f"{name} has dtype {named[name].dtype} but logp has {logp.dtype}; pass the same dtype")
+    if advantages.shape not in ((B,), (B, T)):
+        raise ValueError(f"advantages has shape {tuple(advantages.shape)}: must be (B,) or (B, T) = {(B, T)}")
+    if per_response_advantages and advantages.dim() == 2:
+        raise ValueError("level='sequence' needs one advantage per response: advantages of shape (B,), got (B, T)")
+    return _bool_mask(mask)
+
+
+def _bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    if mask.dtype == torch.bool:
+        mask_b = mask
+    else:
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("mask must be bool or contain only 0 and 1")
+        mask_b = mask != 0
+    has_tok = mask_b.any(-1)
+    if not bool(has_tok.all()):
+        row = int((~has_tok).nonzero()[0, 0])
+        raise ValueError(f"mask row {row} is all zero (a response with no tokens); drop it from the batch")
+    return mask_b
+
+
+def check_finite(
+    named: dict[str, torch.Tensor | None],
+    mask_b: torch.Tensor,
+    total: torch.Tensor | None = None,
+    log_w_tok: torch.Tensor | None = None,
+) -> None:
+    """Raise if an input is inf or NaN where the mask counts it (padding may hold anything).
+
+    `total`: a 0-dim sum that is finite iff nothing counted overflows, if the caller already has one (rpg_loss does);
+    otherwise one is formed here. `log_w_tok` (B, T): logp - old_logp, named when only the difference overflows.
+    Shapes: (B, T) tensors are checked where `mask_b` (B, T) is true, (B,) tensors on every row."""
+    if total is None:
+        total = sum(_masked(t.detach(), mask_b).sum() for t in named.values() if t is not None)
+    if bool(torch.isfinite(total)):
+        return
+    for name, t in named.items():
+        if t is None:
+            continue
+        bad = ~torch.isfinite(t.detach())
+        bad = bad & (mask_b if t.dim() == 2 else mask_b.any(-1))
+        if bool(bad.any()):
+            idx = tuple(bad.nonzero()[0].tolist())
+            raise ValueError(f"{name} is not finite ({t[idx].item()}) at masked-in position {idx}")
+    if log_w_tok is not None:
+        bad = ~torch.isfinite(log_w_tok.detach())
+        if bool(bad.any()):
+            raise ValueError(f"logp - old_logp overflows at position {tuple(bad.nonzero()[0].tolist())}")
+    # else: only the check-sum overflowed; every entry is finite
+
+
+def _masked(t: torch.Tensor, mask_b: torch.Tensor) -> torch.Tensor:
+    """Zero where the mask does not count `t` ((B, T) tensors); (B,) tensors unchanged. In float64, so the fused sum
+    of finite values does not overflow."""
+    t = t.double()
+    return torch.where(mask_b, t, 0.0) if t.dim() == 2 else t

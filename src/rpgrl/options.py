@@ -1,0 +1,168 @@
+"""RPG's loss options, declared once: names, types, defaults, documentation and validation.
+
+`RPGOptions` is what `rpg_loss` validates its keywords into; the trainer's config (`loss.*`), TRL's `RPGConfig` and
+verl's `RPGPolicyLossConfig` build one and call `check()`, so a value is accepted or refused with the same rule and
+message everywhere. Where an engine already owns a setting, the adapter keeps the engine's name and maps it here:
+
+    RPGOptions      rpgrl train        TRL RPGConfig          verl
+    beta            loss.beta          rpg_beta (TRL's beta   policy_loss.beta
+                                       loads a reference)
+    eps_low/high    loss.eps_low/high  epsilon/epsilon_high   clip_ratio_low/high
+    c               loss.c             clip_ratio_c           clip_ratio_c
+    branch          loss.clip_branch   branch                 policy_loss.branch
+    kl_value_clamp  loss.kl_clamp      kl_value_clamp         policy_loss.kl_value_clamp
+    divergence,     loss.divergence,   divergence, style      the loss mode name rpg_<divergence>_<style>
+    style           loss.style
+
+Every other option has the same name everywhere. The config and TRL field documentation is read from here
+(`rpg_field`). Standard library only (no torch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from rpgrl.fields import field_docs
+
+Divergence = Literal["fkl", "rkl", "ufkl", "urkl"]
+Style = Literal["differentiable", "reinforce"]
+Level = Literal["token", "sequence"]
+Agg = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
+Clip = Literal["dual", "truncate"]
+Branch = Literal["effective", "raw"]
+Analogue = Literal["exact", "paper"]
+
+DIVERGENCES: tuple[str, ...] = get_args(Divergence)
+STYLES: tuple[str, ...] = get_args(Style)
+LEVELS: tuple[str, ...] = get_args(Level)
+AGG_MODES: tuple[str, ...] = get_args(Agg)
+CLIPS: tuple[str | None, ...] = (None, *get_args(Clip))
+BRANCHES: tuple[str, ...] = get_args(Branch)
+ANALOGUES: tuple[str, ...] = get_args(Analogue)
+
+
+class OptionError(ValueError):
+    """An invalid RPG option; `option` is its `RPGOptions` field name (adapters rename it to their own key)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class RPGOptions:
+    """The keyword options of `rpgrl.rpg_loss` (its docstring gives the math of each). Defaults: the paper's
+    RPG-REINFORCE-URKL with RPG-Style Clip, beta 1e-4, clip range 0.2/0.28, c = 10, token-mean."""
+
+    divergence: Divergence = "urkl"
+    """the KL regulariser D(pi_theta, pi_anchor): fkl, rkl, or their unnormalized forms ufkl, urkl (spec 2.2)"""
+    style: Style = "reinforce"
+    """fully 'differentiable' surrogate, or 'reinforce' (stop-gradient weight times log-prob)"""
+    beta: float = 1e-4
+    """KL coefficient (>= 0)"""
+    level: Level = "token"
+    """'token': per-token ratios as the released code; 'sequence': whole-response ratios as the paper's theory"""
+    agg: Agg = "token-mean"
+    """how per-token losses are reduced (verl's loss_agg_mode); pass the global count as the normalizer"""
+    clip: Clip | None = "dual"
+    """'dual' (RPG-Style Clip, Alg. 1/2), 'truncate' (truncated importance weights, reinforce only) or none"""
+    eps_low: float = 0.2
+    """clip range low side, in [0, 1]: ratios below 1 - eps_low are clipped (1 = no lower clip)"""
+    eps_high: float = 0.28
+    """clip range high side (>= 0): ratios above 1 + eps_high are clipped"""
+    c: float = 10.0
+    """dual-clip cap (> 1) on the ratio for negative advantages"""
+    branch: Branch = "effective"
+    """dual clip branch: on the sign of the effective advantage as the paper ('effective'), or of A as the released
+    code ('raw')"""
+    kl_in_clip: bool = True
+    """differentiable dual clip: the KL inside the clipped advantage (paper, Alg. 1), or false for a separate
+    unclipped KL term added to a PPO-clipped reward term (the released code, spec 4.3 iv)"""
+    analogue: Analogue = "exact"
+    """differentiable dual clip: the advantage analogue A_hat; 'exact' matches the unclipped surrogate per sample,
+    'paper' is Sec. 3.3's A - beta log w (urkl) / A - beta (log w + 1) (rkl) / A (fkl, ufkl)"""
+    kl_value_clamp: float | None = None
+    """clamp the separate KL term's value to [-K, K] (the authors' 10; zero gradient outside), counted in a metric;
+    none = off"""
+    max_log_w: float | None = None
+    """clamp log w per unit to <= this before anything else (zero gradient above), counted in clip/frac_max_log_w;
+    none = off"""
+
+    @property
+    def separate_kl(self) -> bool:
+        """Is the KL a separate, unclipped term (differentiable style without clip, or the released dual clip)?"""
+        if self.style != "differentiable":
+            return False
+        released = not self.kl_in_clip or (self.analogue == "paper" and self.divergence in ("fkl", "ufkl"))
+        return self.clip is None or released
+
+    def check(self) -> RPGOptions:
+        """Raise `OptionError` (one line, naming the option) for options `rpg_loss` cannot use. Returns self."""
+        self.check_values()
+        _need(self.clip != "truncate" or self.style == "reinforce", "clip",
+              "clip='truncate' (truncated importance weights, Remark F.2) needs style='reinforce'")  # fmt: skip
+        _need(self.kl_value_clamp is None or self.separate_kl, "kl_value_clamp", "kl_value_clamp clamps a separate "
+              "KL term: use style='differentiable' with clip=None or kl_in_clip=False")  # fmt: skip
+        return self
+
+    def check_values(self) -> RPGOptions:
+        """Each option on its own (choices, ranges), not the rules that tie two options together. Returns self."""
+        for name, valid in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in valid:
+                raise OptionError(name, f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
+        for name in ("beta", "eps_low", "eps_high", "c"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                raise OptionError(name, f"{name} must be a real number, got {value!r}")
+        _need(0 <= self.beta < math.inf, "beta", f"beta must be finite and >= 0, got {self.beta}")
+        _need(0 <= self.eps_low <= 1, "eps_low", f"eps_low must be in [0, 1] (lower bound 1 - eps_low >= 0), got "
+              f"{self.eps_low}")  # fmt: skip
+        _need(self.eps_high >= 0, "eps_high", f"eps_high must be >= 0, got {self.eps_high}")
+        _need(self.c > 1, "c", f"c must be > 1 (dual-clip cap on w for negative advantages), got {self.c}")
+        k, m = self.kl_value_clamp, self.max_log_w
+        _need(k is None or (_real(k) and k > 0), "kl_value_clamp", f"kl_value_clamp must be none or > 0, got {k!r}")
+        _need(m is None or (_real(m) and math.isfinite(m)), "max_log_w", f"max_log_w must be none or finite, got {m!r}")
+        return self
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as `rpg_loss` keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def replace(self, **changes: Any) -> RPGOptions:
+        return dataclasses.replace(self, **changes)
+
+
+_CHOICES = {
+    "divergence": DIVERGENCES,
+    "style": STYLES,
+    "level": LEVELS,
+    "agg": AGG_MODES,
+    "clip": CLIPS,
+    "branch": BRANCHES,
+    "analogue": ANALOGUES,
+}
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x)
+
+
+def _need(ok: bool, option: str, message: str) -> None:
+    if not ok:
+        raise OptionError(option, message)
+
+
+def rpg_field(name: str, help: str | None = None) -> Any:
+    """A dataclass field with `RPGOptions.<name>`'s default and documentation (`metadata["help"]`, which
+    HfArgumentParser shows and `fields.field_docs` falls back to), for configs that embed an RPG option. `help`
+    replaces the documentation where the embedding config renames the option."""
+    default = next(f.default for f in dataclasses.fields(RPGOptions) if f.name == name)
+    return dataclasses.field(default=default, metadata={"help": help or field_docs(RPGOptions)[name]})
+
+
+__all__ = ["RPGOptions", "OptionError", "rpg_field", "DIVERGENCES", "STYLES", "LEVELS", "AGG_MODES", "CLIPS",
+           "BRANCHES", "ANALOGUES"]  # fmt: skip

@@ -1,0 +1,90 @@
+"""RPGOptions: the one declaration of RPG's loss options, shared by rpg_loss, the trainer config and the adapters."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+from rpgrl.config import LOSS_KEYS, Config, LossConfig, apply_overrides, check
+from rpgrl.errors import UsageError
+from rpgrl.fields import field_docs
+from rpgrl.objectives.rpg import rpg_loss
+from rpgrl.options import OptionError, RPGOptions
+from rpgrl.trainer.setup import loss_options
+
+FIELDS = [f.name for f in dataclasses.fields(RPGOptions)]
+
+
+def test_the_options_are_rpg_loss_keywords():
+    params = inspect.signature(rpg_loss).parameters
+    assert set(FIELDS) <= set(params)
+    tensors = {"logp", "old_logp", "advantages", "mask", "anchor_logp", "normalizer"}
+    assert set(params) - set(FIELDS) == tensors  # no option is declared in rpg_loss alone
+    docs = field_docs(RPGOptions)
+    assert set(docs) == set(FIELDS) and all(docs.values())
+
+
+def test_default_loss_config_is_the_default_options():
+    assert LossConfig().rpg_options() == RPGOptions()
+    assert loss_options(LossConfig()) == RPGOptions().kwargs()
+
+
+def test_renamed_config_keys_reach_the_loss():
+    lc = LossConfig(style="differentiable", clip=None, clip_branch="raw", kl_clamp=3.0)
+    o = lc.rpg_options()
+    assert (o.branch, o.kl_value_clamp) == ("raw", 3.0)
+    assert set(LOSS_KEYS.values()) <= {f.name for f in dataclasses.fields(LossConfig)}
+
+
+def test_config_fields_take_default_and_doc_from_the_options():
+    docs, option_docs = field_docs(LossConfig), field_docs(RPGOptions)
+    for name in ("divergence", "style", "level", "agg", "kl_in_clip", "analogue", "max_log_w"):
+        assert getattr(LossConfig(), name) == getattr(RPGOptions(), name)
+        assert docs[name] == option_docs[name]
+    assert docs["clip_branch"] == option_docs["branch"]
+
+
+BAD = [
+    (dict(divergence="kl"), "divergence", "unknown divergence 'kl'"),
+    (dict(beta=-1.0), "beta", "beta must be finite and >= 0"),
+    (dict(beta=True), "beta", "beta must be a real number"),
+    (dict(eps_low=1.5), "eps_low", r"eps_low must be in \[0, 1\]"),
+    (dict(eps_high=-0.1), "eps_high", "eps_high must be >= 0"),
+    (dict(c=1.0), "c", "c must be > 1"),
+    (dict(kl_value_clamp=0.0), "kl_value_clamp", "kl_value_clamp must be none or > 0"),
+    (dict(max_log_w=float("inf")), "max_log_w", "max_log_w must be none or finite"),
+    (dict(clip="truncate", style="differentiable"), "clip", "needs style='reinforce'"),
+    (dict(kl_value_clamp=10.0), "kl_value_clamp", "clamps a separate KL term"),  # reinforce has no separate KL
+]
+
+
+@pytest.mark.parametrize("changes, option, match", BAD)
+def test_check_names_the_option(changes, option, match):
+    with pytest.raises(OptionError, match=match) as info:
+        RPGOptions(**changes).check()
+    assert info.value.option == option and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("changes, option, match", BAD[:8])
+def test_check_values_alone_refuses_each_bad_value(changes, option, match):
+    with pytest.raises(OptionError, match=match):
+        RPGOptions(**changes).check_values()
+
+
+def test_cross_option_rules_are_not_value_rules():
+    RPGOptions(clip="truncate", style="differentiable").check_values()
+    RPGOptions(kl_value_clamp=10.0).check_values()
+
+
+@pytest.mark.parametrize("changes, option, match", BAD[3:])
+def test_rpg_loss_and_train_config_refuse_the_same(changes, option, match):
+    x = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=match):
+        rpg_loss(x, x, torch.zeros(2, dtype=torch.float64), torch.ones(2, 3), **RPGOptions(**changes).kwargs())
+    key = LOSS_KEYS.get(option, option)
+    overrides = [(f"loss.{LOSS_KEYS.get(k, k)}", str(v)) for k, v in changes.items()]
+    with pytest.raises(UsageError, match=f"loss.{key}"):
+        check(apply_overrides(Config(), overrides))
