@@ -3,6 +3,7 @@
 import gc
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -305,12 +306,14 @@ def test_adamw_is_fused_and_steps_like_the_reference():
 
 def test_off_policy_update_shows_the_regime(tmp_path):
     """Several optimizer steps per rollout batch: the later mini-batches see w != 1, the dual clip acts, the URKL
-    term is nonzero, and optim/steps counts epochs x mini-batches. Every key that curves.png or the progress bar
-    reads is emitted by an RPG run or a PPO-family run (a renamed metric would silently drop a panel)."""
+    term is nonzero, and optim/steps counts epochs x mini-batches. Every key that curves.png, the progress bar,
+    `rpgrl.metrics` or the README names is emitted by an RPG run or a PPO-family run (a renamed metric would
+    silently drop a panel, a reproduce column or a documented name)."""
+    from rpgrl import metrics
     from rpgrl.trainer.log import CLIP_KEYS, PLOT_KEYS
 
     cfg = tiny(("train.epochs", "2"), ("train.mini_batch_prompts", "1"), ("train.max_steps", "3"),
-               ("eval.every", "1"), ("loss.beta", "0.1"))  # fmt: skip
+               ("eval.every", "1"), ("eval.val_samples", "2"), ("loss.beta", "0.1"))  # fmt: skip
     loop.train(cfg, tmp_path / "rpg")
     rows = read_metrics(tmp_path / "rpg" / "metrics.jsonl")
     assert all(r["optim/steps"] == 2 * cfg.rollout.prompts_per_step for r in rows)  # group_filter off: 4 groups
@@ -323,7 +326,15 @@ def test_off_policy_update_shows_the_regime(tmp_path):
     loop.train(tiny(("loss.name", "grpo"), ("loss.advantage", "grpo"), ("loss.kl", "k3")), tmp_path / "grpo")
     emitted = {k for run in ("rpg", "grpo") for r in read_metrics(tmp_path / run / "metrics.jsonl") for k in r}
     wanted = {k for keys in PLOT_KEYS for k in keys} | {"reward/mean", "perf/tokens_per_s"}
+    wanted |= {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str)}
+    wanted |= {metrics.kl_divergence(cfg.loss.divergence)}
     assert wanted <= emitted, wanted - emitted
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    named = set(re.findall(r"`((?:reward|response|perf|optim|loss|log_w|kl|clip|entropy|eval)/[a-z0-9_@*]+)`", readme))
+    assert len(named) > 10, named
+    for name in named:  # `clip/*` stands for at least one emitted clip/ metric
+        pattern = re.escape(name).replace(r"\*", ".+")
+        assert any(re.fullmatch(pattern, k) for k in emitted), f"README names {name}, which no run emits"
 
 
 @pytest.mark.parametrize("style", ["differentiable", "reinforce"])

@@ -33,6 +33,7 @@ from typing import Literal
 
 import torch
 
+from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import check_finite, check_tensors
 from rpgrl.objectives.kl import grpo_kl_term, k3
@@ -90,23 +91,11 @@ def ppo_loss(
     old_logp = torch.where(m, old_logp.detach(), zero)
     adv = advantages.detach()
     adv = torch.where(m, adv, zero) if adv.dim() == 2 else adv[:, None]  # (B, T) or (B, 1)
-
     log_w = logp - old_logp  # (B, T)
-    w_value = torch.exp(log_w.detach())
-    pos = adv >= 0
-    high = pos & (w_value >= 1 + eps_high)
-    low = ~pos & (w_value <= 1 - eps_low)
-    dual = ~pos & (w_value >= clip_c) if clip_c is not None else torch.zeros_like(high)
-    active = ~(high | low | dual)
-    clipped_w = torch.ones_like(w_value).masked_fill(high, 1 + eps_high).masked_fill(low, 1 - eps_low)
-    if clip_c is not None:
-        clipped_w = clipped_w.masked_fill(dual, clip_c)  # constants (no gradient) where a clip binds
-    w = torch.where(active, torch.exp(torch.where(active, log_w, zero)), clipped_w)
-    pg = -adv * w  # (B, T)
+    pg, rows = _clipped_surrogate(log_w, adv, eps_low, eps_high, clip_c)
 
     metrics: dict[str, torch.Tensor] = {}
-    per_token = pg
-    kl_loss = zero
+    per_token, kl_loss = pg, zero
     if kl is not None:
         anchor = torch.where(m, (old_logp if ref_logp is None else ref_logp).detach(), zero)
         kl_term, clamped = _kl_term(kl, logp, anchor, old_logp, kl_clamp)
@@ -122,21 +111,41 @@ def ppo_loss(
         raise ValueError(
             f"ppo_loss overflowed (loss = {loss.item()}): an advantage or the KL term is too large to represent"
         )
-    fm = m.to(logp.dtype)
-    metrics.update(
-        {
-            "loss/policy": aggregate(pg.detach().to(torch.float64), m, agg, normalizer),
-            "loss/kl": kl_loss,
-            "kl/ppo_kl": masked_mean(-log_w.detach(), fm),
-            "clip/frac_low": masked_mean(low.to(logp.dtype), fm),  # low implies A < 0
-            "clip/frac_high": masked_mean((high & (adv > 0)).to(logp.dtype), fm),
-            "clip/frac_dual": masked_mean(dual.to(logp.dtype), fm),
-            "log_w/abs_mean": masked_mean(log_w.detach().abs(), fm),
-        }
-    )
-    lw = log_w.detach()  # padding filled with the mean of the valid entries, which lies between their min and max
-    metrics["log_w/min"], metrics["log_w/max"] = torch.aminmax(torch.where(m, lw, lw.sum() / fm.sum()))
+    metrics["loss/policy"] = aggregate(pg.detach().to(torch.float64), m, agg, normalizer)
+    metrics[M.LOSS_KL] = kl_loss
+    metrics |= _ratio_metrics(log_w.detach(), adv, m, rows)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(metrics, logp.dtype))
+
+
+def _clipped_surrogate(log_w, adv, eps_low, eps_high, clip_c) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-token clipped surrogate -A w_clip of the module docstring, (B, T), and its clipped rows (boolean
+    (B, T) masks "high", "low", "dual"). Where a clip binds, w is a constant (no gradient)."""
+    w_value = torch.exp(log_w.detach())
+    pos = adv >= 0
+    high = pos & (w_value >= 1 + eps_high)
+    low = ~pos & (w_value <= 1 - eps_low)
+    dual = ~pos & (w_value >= clip_c) if clip_c is not None else torch.zeros_like(high)
+    active = ~(high | low | dual)
+    clipped_w = torch.ones_like(w_value).masked_fill(high, 1 + eps_high).masked_fill(low, 1 - eps_low)
+    if clip_c is not None:
+        clipped_w = clipped_w.masked_fill(dual, clip_c)
+    w = torch.where(active, torch.exp(torch.where(active, log_w, 0.0)), clipped_w)
+    return -adv * w, {"high": high, "low": low, "dual": dual}
+
+
+def _ratio_metrics(lw, adv, m, rows) -> dict[str, torch.Tensor]:
+    """kl/ppo_kl, the clip fractions and the spread of log w (lw: (B, T) detached, zero at padding)."""
+    fm = m.to(lw.dtype)
+    out = {
+        M.KL_PPO: masked_mean(-lw, fm),
+        M.CLIP_LOW: masked_mean(rows["low"].to(lw.dtype), fm),  # low implies A < 0
+        M.CLIP_HIGH: masked_mean((rows["high"] & (adv > 0)).to(lw.dtype), fm),
+        M.CLIP_DUAL: masked_mean(rows["dual"].to(lw.dtype), fm),
+        M.LOG_W_ABS_MEAN: masked_mean(lw.abs(), fm),
+    }
+    # padding filled with the mean of the valid entries, which lies between their min and max
+    out[M.LOG_W_MIN], out[M.LOG_W_MAX] = torch.aminmax(torch.where(m, lw, lw.sum() / fm.sum()))
+    return out
 
 
 register_loss("ppo")(ppo_loss)

@@ -3,6 +3,41 @@
 What it leaves out: advantage estimation (`rpgrl.advantages`), GRPO/DAPO/REINFORCE++ losses (`objectives.baselines`),
 reference management (the trainer passes `anchor_logp`). Math follows `docs/rpg-spec.md` sections 2 and 4; the
 scalar divergence functions live in `objectives/divergences.py`.
+
+Clipping (the `clip` option of `rpg_loss`; bounds lo = 1 - eps_low, hi = 1 + eps_high, cap c > 1):
+
+    clip="dual" (RPG-Style Clip):
+      style="differentiable" (paper Alg. 1, spec 4.1): l = -A_hat * clamp(w, 0, hi) if A_hat >= 0, else
+        -A_hat * clamp(w, lo, c); gradient flows through w (where unclipped) and through A_hat.
+        `kl_in_clip=True`, `analogue="exact"`: A_hat = A - beta phi(u)/u, so -w A_hat = l_diff exactly and huge
+          eps/c reproduce the unclipped loss per sample. Caveat: in the clipped region the regulariser is scaled by
+          clip(w)/w, which is large when w -> 0 (e.g. fkl/ufkl/urkl at sequence level with log w << 0).
+        `analogue="paper"` (spec 4.1): urkl A_hat = A - beta log u, rkl A_hat = A - beta (log u + 1) (right
+          expected gradient, per-sample gradient off by beta w s); fkl/ufkl A_hat = A with beta rho phi(u) added
+          unclipped (the paper's "A_hat = R - b" for forward KL).
+        `kl_in_clip=False`: the released code (spec 4.3 iv): PPO dual clip on A only + unclipped beta rho phi(u);
+          with `kl_value_clamp=10.0` and branch="raw" this is the authors' loss for rkl/ufkl/urkl (they never
+          clamp fkl, so the faithful fkl setting is kl_value_clamp=None).
+      style="reinforce" (paper Alg. 2, spec 4.2 table): effective advantage A' = A + C/w = A - beta phi'(u);
+        rows 1/4 (active): l = -SG(w A + C) logp; rows 2/3/5 (clipped): l = -(A w_b + C_b) SG(logp) with
+        w_b = hi, lo or c: zero gradient, KL part included. C uses the raw ratio (paper, not the code's clip(w));
+        only the clipped rows' value takes C_b = C at w_b (the paper's C(w) there overflows for long sequences and
+        the value carries no gradient).
+      `branch="effective"`: positive branch iff A_hat >= 0 (resp. A' >= 0), as the paper; "raw": iff A > 0, the
+        released code's `sign(A)` (A = 0 goes to the negative branch, as in its compute_policy_loss_reinforce).
+    clip="truncate" (style="reinforce" only; paper Remark F.2, code `clip_hard`): l = -SG(wc A + C(wc)) logp with
+        wc = clamp(w, lo, hi) and u_c = wc/rho inside C; never masked.
+
+Metrics (of `rpg_loss`; names read elsewhere are constants in `rpgrl.metrics`)
+
+    Detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same aggregation), loss/policy
+    (= total - kl), kl/<divergence> (mean over responses of the per-response estimate sum_units rho phi(u)),
+    kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a) estimate), kl/k1_old (token mean of old_logp -
+    logp), kl/grad_share (the KL part's share of the per-unit gradient weight, sum|C| / (sum|w A| + sum|C|) before
+    clipping), log_w/max, log_w/min, log_w/abs_mean (over units), clip/frac_low, clip/frac_high, clip/frac_dual
+    (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp. The KL and loss metrics are
+    computed in float64 and every metric saturates at +-1e30 (`base.METRIC_LIMIT`): a finite loss never comes with an
+    inf or NaN metric, and 1e30 means the estimate overflowed (e.g. kl/k3_anchor with pi_a/pi_theta > e^88 in float32).
 """
 
 from __future__ import annotations
@@ -13,6 +48,7 @@ from typing import Literal
 
 import torch
 
+from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import check_finite, check_tensors
@@ -64,27 +100,9 @@ def rpg_loss(
         (w log w = exp(log_w) log_w), and the REINFORCE coefficient multiplies every token's logp. Needs (B,)
         advantages.
 
-    clip=None: no clipping. clip="dual" (RPG-Style Clip, bounds lo = 1 - eps_low, hi = 1 + eps_high, cap c > 1):
-      style="differentiable" (paper Alg. 1, spec 4.1): l = -A_hat * clamp(w, 0, hi) if A_hat >= 0, else
-        -A_hat * clamp(w, lo, c); gradient flows through w (where unclipped) and through A_hat.
-        `kl_in_clip=True`, `analogue="exact"`: A_hat = A - beta phi(u)/u, so -w A_hat = l_diff exactly and huge
-          eps/c reproduce the unclipped loss per sample. Caveat: in the clipped region the regulariser is scaled by
-          clip(w)/w, which is large when w -> 0 (e.g. fkl/ufkl/urkl at sequence level with log w << 0).
-        `analogue="paper"` (spec 4.1): urkl A_hat = A - beta log u, rkl A_hat = A - beta (log u + 1) (right
-          expected gradient, per-sample gradient off by beta w s); fkl/ufkl A_hat = A with beta rho phi(u) added
-          unclipped (the paper's "A_hat = R - b" for forward KL).
-        `kl_in_clip=False`: the released code (spec 4.3 iv): PPO dual clip on A only + unclipped beta rho phi(u);
-          with `kl_value_clamp=10.0` and branch="raw" this is the authors' loss for rkl/ufkl/urkl (they never
-          clamp fkl, so the faithful fkl setting is kl_value_clamp=None).
-      style="reinforce" (paper Alg. 2, spec 4.2 table): effective advantage A' = A + C/w = A - beta phi'(u);
-        rows 1/4 (active): l = -SG(w A + C) logp; rows 2/3/5 (clipped): l = -(A w_b + C_b) SG(logp) with
-        w_b = hi, lo or c: zero gradient, KL part included. C uses the raw ratio (paper, not the code's clip(w));
-        only the clipped rows' value takes C_b = C at w_b (the paper's C(w) there overflows for long sequences and
-        the value carries no gradient).
-      `branch="effective"`: positive branch iff A_hat >= 0 (resp. A' >= 0), as the paper; "raw": iff A > 0, the
-        released code's `sign(A)` (A = 0 goes to the negative branch, as in its compute_policy_loss_reinforce).
-    clip="truncate" (style="reinforce" only; paper Remark F.2, code `clip_hard`): l = -SG(wc A + C(wc)) logp with
-        wc = clamp(w, lo, hi) and u_c = wc/rho inside C; never masked.
+    clip=None: no clipping; clip="dual": RPG-Style Clip (Alg. 1 for style="differentiable", Alg. 2 for
+    "reinforce"); clip="truncate": truncated importance weights (reinforce only). Each row of each algorithm is in
+    "Clipping" in the module docstring.
 
     Guards (off by default, each counted in a metric):
       `kl_value_clamp=K`: clamp the separate KL term beta-less value rho phi(u) to [-K, K] (the authors' +-10; zero
@@ -107,15 +125,7 @@ def rpg_loss(
 
     Detached: old_logp, anchor_logp, advantages (constants); the whole REINFORCE coefficient SG(w A + C); clipped
     rows' logp (style="reinforce"). Padding (mask 0) may hold anything, NaN included; it never reaches the loss or
-    gradient. Metrics are detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same
-    aggregation), loss/policy (= total - kl), kl/<divergence> (mean over responses of the per-response estimate
-    sum_units rho phi(u)), kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a) estimate),
-    kl/k1_old (token mean of old_logp - logp), kl/grad_share (the KL part's share of the per-unit gradient weight,
-    sum|C| / (sum|w A| + sum|C|) before clipping), log_w/max, log_w/min, log_w/abs_mean (over units), clip/frac_low,
-    clip/frac_high, clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp.
-    The KL and loss metrics are computed in float64 and every metric saturates at +-1e30 (`base.METRIC_LIMIT`): a
-    finite loss never comes with an inf or NaN metric, and 1e30 means the estimate overflowed (e.g. kl/k3_anchor
-    with pi_a/pi_theta > e^88 in float32).
+    gradient. Metrics: see "Metrics" in the module docstring.
     """
     o = RPGOptions(divergence=divergence, style=style, beta=beta, level=level, agg=agg, clip=clip, eps_low=eps_low,
                    eps_high=eps_high, c=c, branch=branch, kl_in_clip=kl_in_clip, analogue=analogue,
@@ -194,7 +204,7 @@ def _ratios(logp, old_logp, advantages, mask, anchor_logp, o: RPGOptions) -> _Ra
         lw = log_w.detach()
         if r.unit_mask is not None:  # the mean of the valid entries lies between their min and max: a neutral fill
             lw = torch.where(r.unit_mask, lw, lw_total / n_tok)
-        r.metrics["log_w/min"], r.metrics["log_w/max"] = torch.aminmax(lw)
+        r.metrics[M.LOG_W_MIN], r.metrics[M.LOG_W_MAX] = torch.aminmax(lw)
         if o.max_log_w is not None:
             r.metrics["clip/frac_max_log_w"] = r.unit_mean(log_w.detach() > o.max_log_w)
     if o.max_log_w is not None:
@@ -288,9 +298,9 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     loss = neg_a_hat * torch.exp(log_w.clamp(log_lo, log_hi))
     with torch.no_grad():
         lw = log_w.detach()
-        metrics["clip/frac_high"] = r.unit_mean(pos & (lw >= b.log_hi))
-        metrics["clip/frac_low"] = r.unit_mean(~pos & (lw <= b.log_lo))
-        metrics["clip/frac_dual"] = r.unit_mean(~pos & (lw >= b.log_c))
+        metrics[M.CLIP_HIGH] = r.unit_mean(pos & (lw >= b.log_hi))
+        metrics[M.CLIP_LOW] = r.unit_mean(~pos & (lw <= b.log_lo))
+        metrics[M.CLIP_DUAL] = r.unit_mean(~pos & (lw >= b.log_c))
     return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
 
 
@@ -325,8 +335,8 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
         wc = torch.exp(log_wc)
         log_uc = log_wc if log_rho is None else log_wc - log_rho
         uc = wc if log_rho is None else torch.exp(log_uc)
-        metrics["clip/frac_low"] = unit_mean(log_w < b.log_lo)
-        metrics["clip/frac_high"] = unit_mean(log_w > b.log_hi)
+        metrics[M.CLIP_LOW] = unit_mean(log_w < b.log_lo)
+        metrics[M.CLIP_HIGH] = unit_mean(log_w > b.log_hi)
         return (wc * adv).add_(kl_part(log_uc, uc)).neg_(), None
 
     if clip is None:
@@ -343,9 +353,9 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     w_b = torch.exp(log_wb)
     log_ub = log_wb if log_rho is None else log_wb - log_rho
     u_b = w_b if log_rho is None else torch.exp(log_ub)
-    metrics["clip/frac_high"] = unit_mean(pos & ~active)
-    metrics["clip/frac_low"] = unit_mean(~pos & (log_w <= b.log_lo))
-    metrics["clip/frac_dual"] = unit_mean(~pos & (log_w >= b.log_c))
+    metrics[M.CLIP_HIGH] = unit_mean(pos & ~active)
+    metrics[M.CLIP_LOW] = unit_mean(~pos & (log_w <= b.log_lo))
+    metrics[M.CLIP_DUAL] = unit_mean(~pos & (log_w >= b.log_c))
     return (w_b * adv).add_(kl_part(log_ub, u_b)).neg_(), active
 
 
@@ -368,14 +378,14 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
     # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
     log_w_raw = log_w_tok.detach() if level == "token" else log_w_tok.detach().sum(-1)
     return {
-        f"kl/{divergence}": kl_rows.mean(),
-        "kl/k3_anchor": (torch.expm1(-lu_tok) + lu_tok).sum() / n_tok,  # k3 = expm1(-lu) + lu, 0 at padding
+        M.kl_divergence(divergence): kl_rows.mean(),
+        M.KL_K3_ANCHOR: (torch.expm1(-lu_tok) + lu_tok).sum() / n_tok,  # k3 = expm1(-lu) + lu, 0 at padding
         "kl/k1_old": -log_w_tok.detach().to(f64).sum() / n_tok,
         "loss/total": loss.detach(),
-        "loss/kl": kl_loss,
+        M.LOSS_KL: kl_loss,
         "loss/policy": loss.detach().to(f64) - kl_loss,
-        "log_w/abs_mean": log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel()),
-        "kl/grad_share": _kl_grad_share(divergence, beta, log_w_raw, log_rho, r.adv, r.unit_mask),
+        M.LOG_W_ABS_MEAN: log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel()),
+        M.KL_GRAD_SHARE: _kl_grad_share(divergence, beta, log_w_raw, log_rho, r.adv, r.unit_mask),
     }
 
 

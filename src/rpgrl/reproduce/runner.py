@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rpgrl import metrics as M
 from rpgrl.config import Config, config_from_dict, config_to_dict
 
 SUITE_VERSION = 1
@@ -216,7 +217,7 @@ def summarize_run(path: Path, error: str | None = None) -> dict[str, Any]:
     evals = _jsonl(path / "eval.jsonl")
     rows = _jsonl(path / "metrics.jsonl")
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
-    start = evals[0]["eval/accuracy"] if evals else float("nan")
+    start = evals[0][M.EVAL_ACCURACY] if evals else float("nan")
     during = [e for e in evals if e["step"] > 0]
     final = during[-1] if during else (evals[-1] if evals else {})
     n_tail = max(1, len(rows) // 4)
@@ -229,27 +230,27 @@ def summarize_run(path: Path, error: str | None = None) -> dict[str, Any]:
         vals = [r[key] for r in tail if key in r]
         return sum(vals) / len(vals) if vals else None
 
-    final_acc = final.get("eval/accuracy", float("nan"))
+    final_acc = final.get(M.EVAL_ACCURACY, float("nan"))
     stopped = summary.get("stopped")
     return {
         "start": start,
         "final": final_acc,
-        "best": max((e["eval/accuracy"] for e in during), default=float("nan")),
-        "sampled": final.get("eval/sampled_accuracy"),
+        "best": max((e[M.EVAL_ACCURACY] for e in during), default=float("nan")),
+        "sampled": final.get(M.EVAL_SAMPLED),
         "steps": len(rows),
         "stopped": stopped,
         "error": error,
         "collapsed": bool(error or stopped or final_acc < start - COLLAPSE_POINTS / 100),
-        "entropy": tail_mean("entropy/mean"),
-        "reward": tail_mean("reward/mean"),
-        "length": tail_mean("response/length_mean"),
-        "max_log_w": max((max(r["log_w/max"], -r["log_w/min"]) for r in rows if "log_w/max" in r), default=None),
+        "entropy": tail_mean(M.ENTROPY),
+        "reward": tail_mean(M.REWARD_MEAN),
+        "length": tail_mean(M.LENGTH_MEAN),
+        "max_log_w": max((max(r[M.LOG_W_MAX], -r[M.LOG_W_MIN]) for r in rows if M.LOG_W_MAX in r), default=None),
         "curves": {
-            "reward": curve("reward/mean"),
-            "entropy": curve("entropy/mean"),
-            "length": curve("response/length_mean"),
+            "reward": curve(M.REWARD_MEAN),
+            "entropy": curve(M.ENTROPY),
+            "length": curve(M.LENGTH_MEAN),
         },
-        "eval_curve": [[e["step"], e["eval/accuracy"]] for e in evals],
+        "eval_curve": [[e["step"], e[M.EVAL_ACCURACY]] for e in evals],
         "rl_seconds": summary.get("rl_seconds"),
     }
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from rpgrl import metrics as M
+from rpgrl.metrics import CLIP_KEYS
 from rpgrl.trainer.checkpoint import write_text_atomic
 
 
@@ -149,9 +151,9 @@ class Progress:
         if self.bar is None:
             return
         self.bar.set_postfix(
-            reward=f"{row.get('reward/mean', float('nan')):.3f}",
+            reward=f"{row.get(M.REWARD_MEAN, float('nan')):.3f}",
             clip=f"{100 * clip_fraction(row):.2f}%",
-            tok_s=f"{row.get('perf/tokens_per_s', float('nan')):.0f}",
+            tok_s=f"{row.get(M.TOKENS_PER_S, float('nan')):.0f}",
             refresh=False,
         )
         self.bar.update(1)
@@ -161,9 +163,6 @@ class Progress:
             self.bar.close()
 
 
-CLIP_KEYS = ("clip/frac_low", "clip/frac_high", "clip/frac_dual")
-
-
 def clip_fraction(row: dict) -> float:
     """Fraction of tokens (units) in any clipped row of the step: the sum of the clip/frac_* metrics (disjoint)."""
     return sum(row.get(k, 0.0) for k in CLIP_KEYS)
@@ -171,15 +170,15 @@ def clip_fraction(row: dict) -> float:
 
 # Panels of curves.png: the learning curves, then the off-policy regime (clip rows, spread of log w, KL).
 PLOT_KEYS = (
-    ("reward/mean", "reward/correct"),
-    ("eval/accuracy",),
-    ("response/length_mean",),
+    (M.REWARD_MEAN, M.REWARD_CORRECT),
+    (M.EVAL_ACCURACY, M.EVAL_SAMPLED),
+    (M.LENGTH_MEAN,),
     CLIP_KEYS,
-    ("log_w/max", "log_w/min", "log_w/abs_mean"),
-    ("kl/ppo_kl", "kl/k3_anchor", "kl/anchor"),
-    ("kl/grad_share",),
-    ("optim/steps",),
-    ("entropy/mean",),
+    M.LOG_W_KEYS,
+    (M.KL_PPO, M.KL_K3_ANCHOR, M.KL_ANCHOR),
+    (M.KL_GRAD_SHARE,),
+    (M.OPTIM_STEPS,),
+    (M.ENTROPY,),
 )
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from rpgrl import metrics as M
 from rpgrl.config import Config, config_to_dict
 from rpgrl.errors import UsageError
 from rpgrl.objectives.reduce import masked_mean
@@ -129,7 +130,7 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
     if run.state.start_accuracy is None:
         first = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, 0, run.state, run.out)
         tracker.log(first)
-        run.state.start_accuracy = first["eval/accuracy"]
+        run.state.start_accuracy = first[M.EVAL_ACCURACY]
         print0(f"held-out greedy accuracy before RL: {100 * run.state.start_accuracy:.1f}%")
         if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
             _save(run, 0)
@@ -153,7 +154,7 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
         progress.update(row)
 
         # --- Collapse guard: stop when nothing has been correct for a while
-        state.collapse_run = state.collapse_run + 1 if row["reward/correct"] == 0 else 0
+        state.collapse_run = state.collapse_run + 1 if row[M.REWARD_CORRECT] == 0 else 0
         if cfg.train.collapse_patience and state.collapse_run >= cfg.train.collapse_patience:
             stopped = f"collapsed: no correct response for {state.collapse_run} steps (lower optim.lr?)"
         # --- Checkpoint: every N steps, every M minutes, at the end, on SIGTERM/SIGINT
@@ -202,7 +203,7 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
     step_time = time.perf_counter() - t0
     row.update({f"perf/{k}_s": v for k, v in timing.items()})
     row["perf/step_s"] = step_time
-    row["perf/tokens_per_s"] = n_tokens / step_time
+    row[M.TOKENS_PER_S] = n_tokens / step_time
     row["perf/gen_tokens_per_s"] = n_tokens / max(timing["generation"], 1e-9)
     row = to_floats(row)
     row["step"] = step
@@ -211,7 +212,7 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
         raise FloatingPointError(f"step {step}: non-finite metrics {', '.join(bad)}")
 
     # --- Anchor refresh (periodic / adaptive), then periodic evaluation
-    if run.anchor.after_step(step, model, row.get("kl/anchor", 0.0)):
+    if run.anchor.after_step(step, model, row.get(M.KL_ANCHOR, 0.0)):
         row["ref/refreshed"] = 1.0
     if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.max_steps:
         with _averaged_weights(opt):
@@ -228,7 +229,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
     last = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, step, state, out, final=True)
     tracker.log(last)
     tracker.close()
-    end_acc = last["eval/accuracy"]
+    end_acc = last[M.EVAL_ACCURACY]
     _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written
     run.model.save_pretrained(out / "model")
     run.tokenizer.save_pretrained(out / "model")
@@ -306,10 +307,10 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
     opt.zero_grad(set_to_none=True)
     timing["update"] = time.perf_counter() - t
     row.update(mean_over_steps(step_metrics))
-    row["optim/steps"] = opt_steps  # optimizer steps taken on this rollout batch (skipped steps excluded)
+    row[M.OPTIM_STEPS] = opt_steps  # optimizer steps taken on this rollout batch (skipped steps excluded)
     if captured:  # one mini-batch of micro-batches: each row's values exactly once
         old_logp, entropy = _scatter_rows(captured, 1, mask), _scatter_rows(captured, 2, mask)
-    row["entropy/mean"] = masked_mean(entropy, mask)  # of pi_old, the policy that sampled the batch
+    row[M.ENTROPY] = masked_mean(entropy, mask)  # of pi_old, the policy that sampled the batch
     row["response/neg_logp_mean"] = masked_mean(-old_logp, mask)
     return row
 
@@ -348,7 +349,7 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
                       **anchor_kwargs(cfg.loss, a_lp, old))  # fmt: skip
         out.loss.backward()
         m = dict(out.metrics)
-        m["kl/anchor"] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
+        m[M.KL_ANCHOR] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
         micro.append(m)
         weights.append(float(mb.response_mask.sum()))
     grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip or math.inf)
@@ -447,11 +448,11 @@ def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator,
     rewards_all, correct_all, lengths_all = torch.cat(rewards_all), torch.cat(correct_all), torch.cat(lengths_all)
     n = rewards_all.numel()
     metrics = {
-        "reward/mean": rewards_all.mean(),
+        M.REWARD_MEAN: rewards_all.mean(),
         "reward/std": rewards_all.std() if n > 1 else torch.zeros(()),
-        "reward/correct": correct_all.float().mean(),
+        M.REWARD_CORRECT: correct_all.float().mean(),
         **{f"reward/{k}": torch.cat(v).float().mean() for k, v in parts_all.items() if k != "correct"},
-        "response/length_mean": lengths_all.float().mean(),
+        M.LENGTH_MEAN: lengths_all.float().mean(),
         "response/length_max": lengths_all.max().float(),
         "response/truncated_frac": (lengths_all >= r.max_new_tokens).float().mean(),
         "batch/gen_batches": n_gen,
@@ -592,10 +593,10 @@ def run_eval(
     benchmark plus the running Best (spec 7.7). Appends the row to `eval.jsonl` and updates `state`."""
     prompts, answers = _eval_slice(task, cfg)
     t = time.perf_counter()
-    row: dict[str, Any] = {"step": step, "eval/accuracy": greedy_accuracy(model, tokenizer, prompts, answers, cfg)}
+    row: dict[str, Any] = {"step": step, M.EVAL_ACCURACY: greedy_accuracy(model, tokenizer, prompts, answers, cfg)}
     if cfg.eval.val_samples:
         seed, k = cfg.train.seed * 1_000_003 + step, cfg.eval.val_samples
-        row["eval/sampled_accuracy"] = sampled_accuracy(model, tokenizer, prompts, answers, cfg, k, seed)
+        row[M.EVAL_SAMPLED] = sampled_accuracy(model, tokenizer, prompts, answers, cfg, k, seed)
     if benchmarks:
         from rpgrl.evaluation import evaluate
 
@@ -618,8 +619,8 @@ def run_eval(
     row["perf/eval_s"] = time.perf_counter() - t
     if final:
         row["final"] = 1  # the end-of-run evaluation (dropped when a resume continues past it)
-    if math.isfinite(row["eval/accuracy"]):
-        state.best_accuracy = max(row["eval/accuracy"], state.best_accuracy or 0.0)
+    if math.isfinite(row[M.EVAL_ACCURACY]):
+        state.best_accuracy = max(row[M.EVAL_ACCURACY], state.best_accuracy or 0.0)
     with open(out / "eval.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
     return row

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -144,44 +144,25 @@ def warm_start(
     prompts, targets = encode_prompts(tokenizer, train_problems), encode_targets(tokenizer, train_problems)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    order = torch.randperm(len(prompts), generator=gen).tolist()
-    cursor, history, step, greedy_acc, reached = 0, [], 0, float("nan"), False
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.max_steps, desc="warm start", unit="step")
-    while step < cfg.max_steps:
-        if cursor + cfg.batch_size > len(order):  # new epoch
-            order, cursor = torch.randperm(len(prompts), generator=gen).tolist(), 0
-        idx = order[cursor : cursor + cfg.batch_size]
-        cursor += cfg.batch_size
+    batches = _epochs(len(prompts), cfg.batch_size, gen)
+    history, step, greedy_acc, reached = [], 0, float("nan"), False
+    bar = _bar(progress, cfg.max_steps)
+    while step < cfg.max_steps and not reached:
+        idx = next(batches)
         lr = cosine_lr(step, peak=cfg.lr, warmup=warmup_steps, total=cfg.max_steps, min_ratio=min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
-
-        model.train()
-        loss = sft_loss(model, tokenizer, [prompts[i] for i in idx], [targets[i] for i in idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
+        loss = _sft_step(model, tokenizer, opt, [prompts[i] for i in idx], [targets[i] for i in idx], lr, grad_clip)
         step += 1
-        metrics = {"sft/loss": loss.item(), "sft/lr": lr}
-
+        metrics = {"sft/loss": loss, "sft/lr": lr}
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             greedy_acc = accuracy(model, tokenizer, val_problems, greedy=True, max_new_tokens=max_new_tokens)
-            history.append({"step": step, "loss": metrics["sft/loss"], "greedy_acc": greedy_acc})
+            history.append({"step": step, "loss": loss, "greedy_acc": greedy_acc})
             metrics["eval/greedy_acc"] = greedy_acc
             reached = greedy_acc >= cfg.target_accuracy
         if log is not None:
             log(step, metrics)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{metrics['sft/loss']:.3f}", acc=f"{greedy_acc:.2f}")
-        if reached:
-            break
+            bar.set_postfix(loss=f"{loss:.3f}", acc=f"{greedy_acc:.2f}")
     if bar is not None:
         bar.close()
     model.eval()
@@ -198,3 +179,41 @@ def warm_start(
         reached_target=greedy_acc >= cfg.target_accuracy,
         history=history,
     )
+
+
+def _epochs(n: int, batch_size: int, gen: torch.Generator) -> Iterator[list[int]]:
+    """Index batches drawn without replacement, reshuffled (with `gen`) at each epoch; a partial tail is skipped.
+    The first epoch's order is drawn now, before any batch is asked for (`gen` goes on to seed sampling)."""
+    first = torch.randperm(n, generator=gen).tolist()
+
+    def batches() -> Iterator[list[int]]:
+        order, cursor = first, 0
+        while True:
+            if cursor + batch_size > len(order):  # new epoch
+                order, cursor = torch.randperm(n, generator=gen).tolist(), 0
+            yield order[cursor : cursor + batch_size]
+            cursor += batch_size
+
+    return batches()
+
+
+def _sft_step(model, tokenizer, opt, prompts, targets, lr: float, grad_clip: float) -> float:
+    """One AdamW step on the NLL of `targets` given `prompts` at learning rate `lr`; returns the loss."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    model.train()
+    loss = sft_loss(model, tokenizer, prompts, targets)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss.item()
+
+
+def _bar(enabled: bool, total: int):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="warm start", unit="step")

@@ -1,0 +1,38 @@
+"""Names of the metrics that something reads back: the progress bar, `curves.png`, the trainer's own decisions,
+`rpgrl reproduce` and the README. Producers and readers both use these constants; tests/test_metrics.py runs
+short RL runs and checks that every name read here, and every metric the README mentions, is emitted.
+
+Metrics nobody reads back (most `perf/*`, `kl/penalty`, ...) are written as literals where they are made.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+# rollouts (trainer/loop.py)
+REWARD_MEAN = "reward/mean"
+REWARD_CORRECT = "reward/correct"  # fraction of correct responses; 0 for `collapse_patience` steps = collapsed
+LENGTH_MEAN = "response/length_mean"
+ENTROPY = "entropy/mean"  # of pi_old on the sampled tokens
+OPTIM_STEPS = "optim/steps"
+TOKENS_PER_S = "perf/tokens_per_s"
+KL_ANCHOR = "kl/anchor"  # KL(pi_theta || anchor) estimate the adaptive reference refresh reads
+
+# held-out evaluation (trainer/loop.py)
+EVAL_ACCURACY = "eval/accuracy"  # greedy
+EVAL_SAMPLED = "eval/sampled_accuracy"  # mean@k at the rollout temperature (eval.val_samples)
+
+# losses (objectives/rpg.py, objectives/baselines.py)
+LOSS_KL = "loss/kl"
+LOG_W_MAX, LOG_W_MIN, LOG_W_ABS_MEAN = "log_w/max", "log_w/min", "log_w/abs_mean"
+CLIP_LOW, CLIP_HIGH, CLIP_DUAL = "clip/frac_low", "clip/frac_high", "clip/frac_dual"  # disjoint clipped rows
+KL_K3_ANCHOR = "kl/k3_anchor"  # rpg_loss: KL(pi_theta || pi_anchor), k3
+KL_PPO = "kl/ppo_kl"  # ppo_loss: KL(pi_old || pi_theta), k1
+KL_GRAD_SHARE = "kl/grad_share"  # rpg_loss: the KL part's share of the gradient weight
+
+CLIP_KEYS = (CLIP_LOW, CLIP_HIGH, CLIP_DUAL)
+LOG_W_KEYS = (LOG_W_MAX, LOG_W_MIN, LOG_W_ABS_MEAN)
+
+
+def kl_divergence(divergence: str) -> str:
+    """rpg_loss's estimate of its own regulariser, e.g. `kl/urkl`."""
+    return f"kl/{divergence}"
