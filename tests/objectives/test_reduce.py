@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rpgrl.objectives.reduce import AGG_MODES, aggregate, masked_mean, masked_sum
+from rpgrl.objectives.reduce import AGG_MODES, aggregate, aggregate_rows, masked_mean, masked_sum
 
 DT = torch.float64
 
@@ -34,6 +34,18 @@ def test_modes_match_loops(agg):
     x, mask, lens = data()
     assert math.isclose(aggregate(x, mask, agg).item(), loop_reference(x, mask, lens, agg), rel_tol=1e-13)
     assert math.isclose(aggregate(x, mask.bool(), agg).item(), loop_reference(x, mask, lens, agg), rel_tol=1e-13)
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("normalizer", [None, 7.0])
+def test_aggregate_rows_matches_loops(agg, normalizer):
+    x, mask, lens = data()
+    rows = torch.where(mask.bool(), x, 0.0).sum(-1)  # (B,) token-sums
+    got = aggregate_rows(rows, mask.bool(), agg, normalizer).item()
+    ref = loop_reference(x, mask, lens, agg)
+    if normalizer is not None:  # the loop divides by the local count
+        ref *= (int(lens.sum()) if agg == "token-mean" else len(lens)) / normalizer
+    assert math.isclose(got, ref, rel_tol=1e-13)
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)

@@ -68,3 +68,17 @@ def aggregate(
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     n = per_token.shape[0] if normalizer is None else normalizer
     return per_seq.sum() / n
+
+
+def aggregate_rows(
+    row: torch.Tensor, mask: torch.Tensor, agg: str, normalizer: float | torch.Tensor | None = None
+) -> torch.Tensor:
+    """`aggregate` of a loss given by its per-response token-sums `row` (B,) (mask: (B, T) bool): equal to
+    `aggregate(per_token, mask, agg, normalizer)` when row = masked_sum(per_token, mask, dim=-1). For losses with no
+    per-token form (rpg_loss's differentiable style at sequence level), whose unit loss is read as the token-sum.
+    `agg` and `normalizer` are the caller's, already checked."""
+    if agg == "token-mean":
+        return row.sum() / (mask.sum() if normalizer is None else normalizer)
+    if agg == "seq-mean-token-mean":
+        row = row / mask.sum(-1)
+    return row.sum() / (row.shape[0] if normalizer is None else normalizer)

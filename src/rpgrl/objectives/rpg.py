@@ -52,7 +52,7 @@ from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import check_finite, check_tensors
-from rpgrl.objectives.reduce import check_normalizer
+from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
 
 
@@ -139,7 +139,7 @@ def rpg_loss(
     else:
         per_token, kl_unit = _reinforce(logp, r, o), None  # zero at padding
         row_loss = per_token.sum(-1)
-    loss = _aggregate_rows(row_loss, r.mask, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
+    loss = aggregate_rows(row_loss, r.mask, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
     if not torch.isfinite(loss):
         raise ValueError(
             f"rpg_loss overflowed (loss = {loss.item()}, log w per {level} in [{r.log_w.min().item():.6g}, "
@@ -372,7 +372,7 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
         kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
     kl_rows = kl_unit.detach().to(f64)
     kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
-    kl_loss = beta * _aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
+    kl_loss = beta * aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
     # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
@@ -387,16 +387,3 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
         M.LOG_W_ABS_MEAN: log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel()),
         M.KL_GRAD_SHARE: _kl_grad_share(divergence, beta, log_w_raw, log_rho, r.adv, r.unit_mask),
     }
-
-
-def _aggregate_rows(row: torch.Tensor, mask_b: torch.Tensor, agg: str, normalizer) -> torch.Tensor:
-    """`aggregate` from per-response token-sums `row` (B,) of a loss that is zero at padding (mask_b: (B, T)).
-    A sequence-level loss is read as its response's token-sum."""
-    if agg == "token-mean":
-        return row.sum() / (mask_b.sum() if normalizer is None else normalizer)
-    if agg == "seq-mean-token-mean":
-        row = row / mask_b.sum(-1)
-    return row.sum() / (row.shape[0] if normalizer is None else normalizer)
-
-
-# ---------------------------------------------------------------------------------------------------- validation
