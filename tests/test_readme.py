@@ -20,3 +20,15 @@ def test_readme_loss_example_runs_and_backpropagates():
 def test_ci_runs_the_readme_test_command():
     cmd = next(line for line in (ROOT / "README.md").read_text().splitlines() if "pytest" in line and "pip" in line)
     assert cmd.strip() in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_call_shows_the_option_defaults():
+    """The README says RPGOptions' defaults are the call it shows."""
+    from rpgrl.options import RPGOptions
+
+    block = re.search(r"out = rpgrl\.rpg_loss\((.*?)\n\)", (ROOT / "README.md").read_text(), re.S).group(1)
+    shown = dict(re.findall(r"^\s+(\w+)=(.+),$", block, re.M))
+    assert len(shown) == 9
+    defaults = RPGOptions()
+    for name, text in shown.items():
+        assert eval(text) == getattr(defaults, name), name  # noqa: S307 - literals from our own documentation
