@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from rpgrl.decode import StaticDecoder, supported
+
 
 @dataclass
 class Rollout:
@@ -277,6 +279,7 @@ def sample(
     generator: torch.Generator | None = None,
     eos_token_ids: Sequence[int] | int | None = None,
     progress: bool = False,
+    decode: str = "auto",
 ) -> Rollout:
     """Sample `n` responses per prompt; rows `i*n .. i*n+n-1` belong to prompt `i` (`group == i`).
 
@@ -286,6 +289,9 @@ def sample(
     batch_size: prompts per forward chunk (each chunk holds batch_size * n rows); None = all at once.
     generator: a `torch.Generator` for reproducible sampling (on the model's device).
     eos_token_ids: stop tokens; default = the model's generation-config EOS ids plus the tokenizer's.
+    decode: "static" (`rpgrl.decode.StaticDecoder`: static KV cache, fused projections), "transformers" (the
+    model's own forward with a DynamicCache, any causal LM), or "auto": static where `decode.supported(model)`.
+    The prompts are prefilled by the model's forward either way.
     """
     if not prompts:
         raise ValueError("sample: empty prompt list")
@@ -306,6 +312,7 @@ def sample(
         raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"sample: batch_size must be >= 1, got {batch_size}")
+    decode = _decode_path(model, decode)
     eos = _eos_ids(model, tokenizer, eos_token_ids)
     pad = _pad_id(tokenizer, eos)
     step = batch_size or len(prompts)
@@ -317,7 +324,7 @@ def sample(
     with torch.inference_mode():
         parts = [
             _sample_chunk(
-                model, prompts[s : s + step], n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad
+                model, prompts[s : s + step], n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad, decode
             )
             for s in starts
         ]
@@ -335,7 +342,18 @@ def sample(
     )
 
 
-def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad) -> Rollout:
+def _decode_path(model, decode: str) -> str:
+    """The decode path `sample` takes: 'static' or 'transformers'."""
+    if decode not in ("auto", "static", "transformers"):
+        raise ValueError(f"sample: decode must be auto, static or transformers, got {decode!r}")
+    reason = supported(model) if decode != "transformers" else None
+    if decode == "static" and reason is not None:
+        raise ValueError(f"sample: decode='static' does not support this model: {reason}")
+    return "transformers" if decode == "transformers" or reason is not None else "static"
+
+
+def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad,
+                  decode: str) -> Rollout:  # fmt: skip
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -353,16 +371,16 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         use_cache=True,
         logits_to_keep=1,
     )
-    logits = _upcast(out.logits[:, -1])  # (U, V)
-    if n > 1:
-        cache.batch_repeat_interleave(n)
-        logits = logits.repeat_interleave(n, 0)  # (B, V)
-    mask = prompt_mask.repeat_interleave(n, 0)  # (B, P), grows by one column per step
-    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
+    logits = _upcast(out.logits[:, -1]).repeat_interleave(n, 0)  # (B, V)
+    if decode == "static":
+        step = StaticDecoder(model, B, P + max_new_tokens)
+        step.load_prefill(cache, prompt_mask, n)
+    else:
+        step = _TransformersStep(model, cache, prompt_mask, n)
+    next_pos = pos[:, -1].repeat_interleave(n, 0) + 1  # (B,)
     eos_t = torch.as_tensor(eos, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens, logps, ents = [], [], []
-    ones = torch.ones((B, 1), dtype=mask.dtype, device=device)
     for t in range(max_new_tokens):
         logp_all = torch.log_softmax(logits / temperature, -1)  # (B, V)
         p_all = logp_all.exp()
@@ -377,15 +395,7 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         done = done | torch.isin(tok, eos_t)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
-        mask = torch.cat([mask, ones], 1)
-        out = model(
-            input_ids=tokens[-1][:, None],
-            attention_mask=mask,
-            position_ids=next_pos,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        logits = _upcast(out.logits[:, -1])
+        logits = _upcast(step.step(tokens[-1], next_pos))
         next_pos = next_pos + 1
     response = torch.stack(tokens, 1)  # (B, T)
     r_mask = response_mask_from_ids(response, eos)
@@ -399,6 +409,23 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         sampler_logp=torch.stack(logps, 1) * r_mask,
         sampler_entropy=torch.stack(ents, 1) * r_mask,
     )
+
+
+class _TransformersStep:
+    """The decode step through the model's own forward and a `transformers` DynamicCache (any causal LM)."""
+
+    def __init__(self, model, cache, prompt_mask: Tensor, repeats: int):
+        if repeats > 1:
+            cache.batch_repeat_interleave(repeats)
+        self.model, self.cache = model, cache
+        self.mask = prompt_mask.repeat_interleave(repeats, 0)  # (B, P), grows by one column per step
+        self.ones = torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype, device=self.mask.device)
+
+    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        self.mask = torch.cat([self.mask, self.ones], 1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=positions[:, None],
+                         past_key_values=self.cache, use_cache=True)  # fmt: skip
+        return out.logits[:, -1]
 
 
 LOGITS_BUDGET = 2**26  # logits elements per chunk in token_logprobs (256 MiB in float32)
@@ -509,25 +536,43 @@ def token_logprobs(
     if P < 1:
         raise ValueError("token_logprobs: rollout has no prompt token to condition the first response token on")
     head = model.get_output_embeddings()
-    if chunk_size is None:
-        chunk_size = max(1, min(MAX_CHUNK, LOGITS_BUDGET // head.weight.shape[0]))
     h = _response_states(model, rollout, share_prompts)  # (B, T, H): the state before each response token
     keep = rollout.response_mask.bool()  # (B, T)
     h_sel, tgt = h[keep], rollout.response_ids[keep]  # (N, H), (N,)
+    lp, ent = head_logprobs(h_sel, tgt, head.weight, head.bias, temperature, chunk_size, with_entropy)
+    logp = torch.zeros(keep.shape, dtype=lp.dtype, device=h.device).masked_scatter(keep, lp)
+    entropy = None
+    if with_entropy:
+        entropy = torch.zeros(keep.shape, dtype=lp.dtype, device=h.device).masked_scatter(keep, ent)
+    return logp, entropy
+
+
+def head_logprobs(
+    h: Tensor,
+    targets: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Log-probs of `targets` (N,) under softmax(h W^T + b) / temperature for hidden states h (N, H), the output head
+    W (V, H), in chunks of `chunk_size` positions (None: MAX_CHUNK, or fewer to keep one chunk's logits under
+    LOGITS_BUDGET elements). With gradients enabled each chunk is recomputed in backward (`torch.utils.checkpoint`),
+    so at most one (chunk, V) float32 logits block is alive, not (N, V). Returns (N,) log-probs and (N,) entropies
+    of the full distribution (an empty tensor without `with_entropy`), in float32 or wider."""
+    if chunk_size is None:
+        chunk_size = max(1, min(MAX_CHUNK, LOGITS_BUDGET // weight.shape[0]))
     lps, ents = [], []
-    for s in range(0, tgt.shape[0], chunk_size):
-        args = (h_sel[s : s + chunk_size], tgt[s : s + chunk_size], head.weight, head.bias, temperature, with_entropy)
+    for s in range(0, targets.shape[0], chunk_size):
+        args = (h[s : s + chunk_size], targets[s : s + chunk_size], weight, bias, temperature, with_entropy)
         if torch.is_grad_enabled():
             lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
         else:
             lp, ent = _chunk_logprobs(*args)
         lps.append(lp)
         ents.append(ent)
-    dtype = _upcast(h_sel[:0]).dtype
-    logp = torch.zeros(keep.shape, dtype=dtype, device=h.device)
-    logp = logp.masked_scatter(keep, torch.cat(lps)) if lps else logp
-    entropy = None
-    if with_entropy:
-        entropy = torch.zeros(keep.shape, dtype=dtype, device=h.device)
-        entropy = entropy.masked_scatter(keep, torch.cat(ents)) if ents else entropy
-    return logp, entropy
+    if not lps:
+        empty = _upcast(h[:0, 0])
+        return empty, empty
+    return torch.cat(lps), torch.cat(ents)
