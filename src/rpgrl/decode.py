@@ -51,8 +51,7 @@ class _Layer:
     ln1: Tensor  # (H,)
     wqkv: Tensor  # ((nh + 2 nkv) hd, H)
     bqkv: Tensor | None
-    q_norm: Tensor | None  # (hd,) Qwen3 only
-    k_norm: Tensor | None
+    qk_norm: Tensor | None  # (nh + nkv, hd): Qwen3's q_norm and k_norm weights, one row per head
     wo: Tensor  # (H, nh hd)
     bo: Tensor | None
     ln2: Tensor
@@ -66,16 +65,20 @@ def _cat(*ts: Tensor | None) -> Tensor | None:
     return None if ts[0] is None else torch.cat(ts, 0)
 
 
-def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
-    """transformers' RMSNorm: statistics in float32, scaled by the weight in the input dtype."""
-    x32 = x.float()
-    return w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+def _rms(x: Tensor, w: Tensor | None, eps: float) -> Tensor:
+    """transformers' RMSNorm: normalised in float32 (also for a float64 or bfloat16 model), then scaled by w."""
+    y = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+    return y if w is None else y * w
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, heads, hd) rotated by cos/sin (B, 1, hd): x cos + rotate_half(x) sin."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+def _rotate_half_matrix(hd: int, dtype, device) -> Tensor:
+    """R (hd, hd) with x @ R = rotate_half(x) = cat(-x2, x1): entries 0 and +-1, so the product is exact."""
+    half = hd // 2
+    r = torch.zeros(hd, hd, dtype=dtype, device=device)
+    idx = torch.arange(half, device=device)
+    r[idx + half, idx] = -1.0
+    r[idx, idx + half] = 1.0
+    return r
 
 
 class StaticDecoder:
@@ -87,36 +90,39 @@ class StaticDecoder:
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
         self.eps = cfg.rms_norm_eps
-        self.scale = self.hd**-0.5
         self.embed = core.embed_tokens.weight
         self.norm = core.norm.weight
         head = model.get_output_embeddings()
         self.lm_w, self.lm_b = head.weight, head.bias
         dtype, dev = self.embed.dtype, self.embed.device
-        self.layers = []
-        for layer in core.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.layers.append(
-                _Layer(
-                    ln1=layer.input_layernorm.weight,
-                    wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0),
-                    bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
-                    q_norm=a.q_norm.weight if hasattr(a, "q_norm") else None,
-                    k_norm=a.k_norm.weight if hasattr(a, "k_norm") else None,
-                    wo=a.o_proj.weight,
-                    bo=a.o_proj.bias,
-                    ln2=layer.post_attention_layernorm.weight,
-                    wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight], 0),
-                    wd=m.down_proj.weight,
-                    keys=torch.empty(batch, self.nkv, length, self.hd, dtype=dtype, device=dev),
-                    values=torch.empty(batch, self.nkv, length, self.hd, dtype=dtype, device=dev),
-                )
-            )
+        self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         positions = torch.arange(length, device=dev)[None]  # (1, S): every position a row can reach
         cos, sin = core.rotary_emb(self.embed[:1][None], positions)  # (1, S, hd) each, the model's own RoPE
         self.cos, self.sin = cos[0], sin[0]
+        self.rot = _rotate_half_matrix(self.hd, dtype, dev)
         self.valid = torch.ones(batch, length, dtype=torch.bool, device=dev)  # keys a row may attend to
         self.filled = 0
+
+    def _layer(self, layer, batch: int, length: int) -> _Layer:
+        a, m = layer.self_attn, layer.mlp
+        qk_norm = None
+        if hasattr(a, "q_norm"):  # Qwen3: RMSNorm over each head's dims, before RoPE
+            qk_norm = torch.cat([a.q_norm.weight.expand(self.nh, -1), a.k_norm.weight.expand(self.nkv, -1)], 0)
+        w = a.q_proj.weight
+        kv = dict(size=(batch, self.nkv, length, self.hd), dtype=w.dtype, device=w.device)
+        return _Layer(
+            ln1=layer.input_layernorm.weight,
+            wqkv=torch.cat([w, a.k_proj.weight, a.v_proj.weight], 0),
+            bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
+            qk_norm=qk_norm,
+            wo=a.o_proj.weight,
+            bo=a.o_proj.bias,
+            ln2=layer.post_attention_layernorm.weight,
+            wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight], 0),
+            wd=m.down_proj.weight,
+            keys=torch.empty(**kv),
+            values=torch.empty(**kv),
+        )
 
     def load_prefill(self, cache, prompt_mask: Tensor, repeats: int) -> None:
         """Copy a `transformers` cache of the U prompts (each layer's keys/values (U, nkv, P, hd)) into the first P
@@ -130,25 +136,24 @@ class StaticDecoder:
 
     def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Feed one token per row (tokens, positions: (B,)) at the next cache slot; returns logits (B, V)."""
-        B, s = tokens.shape[0], self.filled
+        B, s, nh, nkv, hd, eps = tokens.shape[0], self.filled, self.nh, self.nkv, self.hd, self.eps
         x = F.embedding(tokens, self.embed)  # (B, H)
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (B, 1, hd)
         mask = self.valid[:, None, None, : s + 1]  # (B, 1, 1, s + 1)
-        q_size, kv_size = self.nh * self.hd, self.nkv * self.hd
         for L in self.layers:
-            qkv = F.linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv)
-            q, k, v = qkv.split([q_size, kv_size, kv_size], -1)
-            q, k, v = q.view(B, self.nh, self.hd), k.view(B, self.nkv, self.hd), v.view(B, self.nkv, self.hd)
-            if L.q_norm is not None:
-                q, k = _rms(q, L.q_norm, self.eps), _rms(k, L.k_norm, self.eps)
-            L.keys[:, :, s] = _rope(k, cos, sin)
+            qkv = F.linear(_rms(x, L.ln1, eps), L.wqkv, L.bqkv).view(B, nh + 2 * nkv, hd)
+            qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
+            if L.qk_norm is not None:
+                qk = _rms(qk, L.qk_norm, eps)
+            qk = torch.addcmul(qk * cos, qk @ self.rot, sin)  # RoPE: x cos + rotate_half(x) sin
+            L.keys[:, :, s] = qk[:, nh:]
             L.values[:, :, s] = v
             att = F.scaled_dot_product_attention(
-                _rope(q, cos, sin)[:, :, None], L.keys[:, :, : s + 1], L.values[:, :, : s + 1], attn_mask=mask,
-                scale=self.scale, enable_gqa=self.nh != self.nkv,
-            )  # fmt: skip  # (B, nh, 1, hd)
-            x = x + F.linear(att.reshape(B, q_size), L.wo, L.bo)
-            gate, up = F.linear(_rms(x, L.ln2, self.eps), L.wgu).chunk(2, -1)
+                qk[:, :nh, None], L.keys[:, :, : s + 1], L.values[:, :, : s + 1], attn_mask=mask,
+                enable_gqa=nh != nkv,
+            )  # fmt: skip  # (B, nh, 1, hd); scale 1/sqrt(hd), the models' own
+            x = x + F.linear(att.reshape(B, nh * hd), L.wo, L.bo)
+            gate, up = F.linear(_rms(x, L.ln2, eps), L.wgu).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, L.wd)
         self.filled = s + 1
-        return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
+        return F.linear(_rms(x, self.norm, eps), self.lm_w, self.lm_b)

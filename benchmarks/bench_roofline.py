@@ -1,0 +1,357 @@
+"""Roofline: each phase of an RL step measured against this machine's own float32 matrix-multiply rate.
+
+Run (heavy: take the shared lock):  flock /tmp/rpgrl-heavy.lock .venv/bin/python benchmarks/bench_roofline.py
+Writes benchmarks/results/roofline.json and roofline.md.
+
+In one process, 2 torch threads:
+  1. `gemm_gflops`: the float32 GEMM rate (torch.mm, best of several repetitions) at a large square shape, and at
+     the shapes the 31M model's decode and update multiply (recorded under `gemm_shapes`).
+  2. Per configuration (`sizes`): the 0.8M and 31M models of bench_trl at its step shape (4 prompts x G=8 x 16 new
+     tokens), and the default's step shape (the tiny default model, 32 prompts x G=8 x 48 tokens, one mini-batch of
+     4 prompts for the update). FLOPs are counted from the model config and the token counts: every linear layer,
+     attention (scores and weighted sum over the actual context), the output head where it is applied; backward =
+     2 x forward. Generation runs without a stop token (every row decodes the full length), so tokens and FLOPs
+     are exact. Each phase's time is the best of `--reps` runs; `fraction_of_peak` = achieved GFLOP/s / gemm_gflops.
+       generation               rpgrl.sample as the trainer runs it (decode="auto": the static-cache path)
+       generation_transformers  the same with decode="transformers" (the model's own forward, today's baseline)
+       update                   token_logprobs + rpg_loss + backward + AdamW step on the generated batch
+  3. `logprob_memory`: peak memory of log-probs and entropy with their backward at V = 151,936 (Qwen's vocabulary),
+     hidden 1024, T = 4096 positions: rpgrl.rollout.head_logprobs (chunked, recomputed in backward) against the
+     naive full-logits computation; each in its own subprocess, peak RSS above the RSS after the inputs exist.
+  4. `scaling`: the step time (generation + update) of the 0.8M model when G doubles and, separately, when the
+     response length doubles, as ratios to the base step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_trl import G, MAX_NEW_TOKENS, PROMPTS_PER_STEP, RESULTS, SIZES, hardware, versions
+
+THREADS = 2
+NO_STOP = 10**6  # an EOS id no model emits: every row decodes max_new_tokens tokens
+MEMORY = dict(vocab=151_936, hidden=1024, positions=4096)
+
+
+def _best(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def gemm_gflops(m: int, n: int, k: int, reps: int = 7) -> float:
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    c = torch.empty(m, n)
+    inner = max(1, int(2e9 / (2 * m * n * k)))  # ~2 GFLOP per timed repetition
+    torch.mm(a, b, out=c)
+
+    def run():
+        for _ in range(inner):
+            torch.mm(a, b, out=c)
+
+    return 2 * m * n * k * inner / _best(run, reps) / 1e9
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FLOP counts
+
+
+def linear_flops_per_token(cfg) -> float:
+    """2 x the weights of every linear layer a token passes through below the output head."""
+    h, nh, nkv, inter = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
+    hd = getattr(cfg, "head_dim", None) or h // nh
+    per_layer = h * (nh + 2 * nkv) * hd + nh * hd * h + 3 * h * inter
+    return 2.0 * per_layer * cfg.num_hidden_layers
+
+
+def attention_flops(cfg, context: int) -> float:
+    """Scores and weighted sum for one query over `context` keys, all layers."""
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 4.0 * cfg.num_attention_heads * hd * context * cfg.num_hidden_layers
+
+
+def head_flops(cfg) -> float:
+    return 2.0 * cfg.hidden_size * cfg.vocab_size
+
+
+def generation_flops(cfg, prompts: int, rows: int, prompt_len: int, new_tokens: int) -> float:
+    """Prefill of each prompt once (logits at its last position), then new_tokens - 1 decode steps of every row."""
+    f = prompts * (prompt_len * linear_flops_per_token(cfg) + head_flops(cfg))
+    f += prompts * sum(attention_flops(cfg, p + 1) for p in range(prompt_len))
+    for t in range(new_tokens - 1):
+        f += rows * (linear_flops_per_token(cfg) + attention_flops(cfg, prompt_len + t + 1) + head_flops(cfg))
+    return f
+
+
+def update_flops(cfg, prompts: int, rows: int, prompt_len: int, new_tokens: int) -> float:
+    """3 x the forward of token_logprobs: each prompt once, every response on top, the head on response tokens."""
+    fwd = prompts * prompt_len * linear_flops_per_token(cfg) + rows * new_tokens * linear_flops_per_token(cfg)
+    fwd += prompts * sum(attention_flops(cfg, p + 1) for p in range(prompt_len))
+    fwd += rows * sum(attention_flops(cfg, prompt_len + t + 1) for t in range(new_tokens))
+    fwd += rows * new_tokens * head_flops(cfg)
+    return 3.0 * fwd
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Phases
+
+
+def _setup(arch: dict, prompts: int):
+    from rpgrl.models import build_char_tokenizer, build_tiny_model
+    from rpgrl.rewards.synthetic import CHARS, make_problems
+    from rpgrl.trainer.sft import encode_prompts
+
+    tok = build_char_tokenizer(CHARS)
+    model = build_tiny_model(tok, hidden=arch["hidden"], layers=arch["layers"], heads=arch["heads"],
+                             kv_heads=arch["kv_heads"], ffn=arch["ffn"], seed=0)  # fmt: skip
+    prompt_ids = encode_prompts(tok, make_problems(prompts, seed=0, split="train"))
+    width = max(map(len, prompt_ids))
+    prompt_ids = [p for p in prompt_ids if len(p) == width][:prompts] or prompt_ids[:prompts]  # one prompt length
+    while len(prompt_ids) < prompts:
+        prompt_ids.append(prompt_ids[len(prompt_ids) % len(prompt_ids)])
+    return tok, model, prompt_ids
+
+
+def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update_prompts: int, reps: int) -> dict:
+    import torch
+
+    from rpgrl.objectives.rpg import rpg_loss
+    from rpgrl.options import RPGOptions
+    from rpgrl.rollout import sample, token_logprobs
+
+    tok, model, prompt_ids = _setup(arch, prompts)
+    cfg = model.config
+    P = max(map(len, prompt_ids))
+    rows = prompts * g
+    out: dict = {"arch": arch, "prompts": prompts, "group_size": g, "new_tokens": new_tokens, "prompt_len": P,
+                 "params": sum(p.numel() for p in model.parameters())}  # fmt: skip
+
+    def gen(decode):
+        gen_ = torch.Generator().manual_seed(0)
+        return sample(model, tok, prompt_ids, n=g, max_new_tokens=new_tokens, generator=gen_, eos_token_ids=NO_STOP,
+                      decode=decode)  # fmt: skip
+
+    flops = generation_flops(cfg, prompts, rows, P, new_tokens)
+    times = {d: [] for d in ("auto", "transformers")}
+    for _ in range(reps):  # interleaved, so both paths see the same machine
+        for d in times:
+            times[d].append(_best(lambda d=d: gen(d), 1))
+    for key, d in (("generation", "auto"), ("generation_transformers", "transformers")):
+        s = min(times[d])
+        out[key] = {
+            "seconds": s,
+            "tokens_per_s": rows * new_tokens / s,
+            "gflop": flops / 1e9,
+            "gflops": flops / s / 1e9,
+        }
+    out["generation"]["speedup_vs_transformers"] = (
+        out["generation_transformers"]["seconds"] / out["generation"]["seconds"]
+    )
+
+    rollout = gen("auto")
+    keep = torch.arange(rows) < update_prompts * g  # the update's mini-batch: the first update_prompts groups
+    batch = rollout.select(keep.nonzero().squeeze(-1)) if update_prompts < prompts else rollout
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    opts = RPGOptions().kwargs()
+
+    def update():
+        logp, _ = token_logprobs(model, batch)
+        adv = torch.randn(logp.shape[0])
+        rpg_loss(logp, logp.detach(), adv, batch.response_mask, **opts).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    update()  # AdamW state allocated outside the timing
+    s = _best(update, reps)
+    uf = update_flops(cfg, update_prompts, update_prompts * g, P, new_tokens)
+    out["update"] = {"seconds": s, "tokens_per_s": update_prompts * g * new_tokens / s, "gflop": uf / 1e9,
+                     "gflops": uf / s / 1e9}  # fmt: skip
+    print(f"{name}: generation {out['generation']['gflops']:.2f} GFLOP/s (x{out['generation']['speedup_vs_transformers']:.2f} "
+          f"vs transformers), update {out['update']['gflops']:.2f} GFLOP/s", flush=True)  # fmt: skip
+    return out
+
+
+def step_seconds(arch: dict, g: int, new_tokens: int, reps: int) -> float:
+    """Generation + update of one full batch (PROMPTS_PER_STEP prompts x g rows x new_tokens)."""
+    import torch
+
+    from rpgrl.objectives.rpg import rpg_loss
+    from rpgrl.rollout import sample, token_logprobs
+
+    tok, model, prompt_ids = _setup(arch, PROMPTS_PER_STEP)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+
+    def step():
+        r = sample(model, tok, prompt_ids, n=g, max_new_tokens=new_tokens, generator=torch.Generator().manual_seed(0),
+                   eos_token_ids=NO_STOP)  # fmt: skip
+        logp, _ = token_logprobs(model, r)
+        adv = torch.randn(logp.shape[0])
+        rpg_loss(logp, logp.detach(), adv, r.response_mask, divergence="urkl", style="reinforce", beta=1e-4,
+                 clip="dual").loss.backward()  # fmt: skip
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    return _best(step, reps)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Memory at a real vocabulary (one subprocess per variant)
+
+
+def memory_child(variant: str) -> None:
+    import torch
+
+    from rpgrl.rollout import head_logprobs
+
+    torch.set_num_threads(THREADS)
+    V, H, T = MEMORY["vocab"], MEMORY["hidden"], MEMORY["positions"]
+    gen = torch.Generator().manual_seed(0)
+    h = (torch.randn(T, H, generator=gen) * 0.05).requires_grad_()
+    w = (torch.randn(V, H, generator=gen) * 0.05).requires_grad_()
+    tgt = torch.randint(0, V, (T,), generator=gen)
+    base = _rss_mb()
+    t = time.perf_counter()
+    if variant == "naive":
+        logp_all = torch.log_softmax(h @ w.T, -1)  # (T, V)
+        lp = logp_all.gather(-1, tgt[:, None]).squeeze(-1)
+        ent = -(logp_all.exp() * logp_all).sum(-1)
+    else:
+        lp, ent = head_logprobs(h, tgt, w, None, 1.0, None, True)
+    (lp.sum() + 0.1 * ent.sum()).backward()
+    seconds = time.perf_counter() - t
+    check = [lp.sum().item(), ent.sum().item(), h.grad.norm().item(), w.grad.norm().item()]
+    print("RESULT " + json.dumps({"peak_above_inputs_mb": _rss_mb() - base, "seconds": seconds, "check": check}))
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def logprob_memory() -> dict:
+    res = {}
+    for variant in ("chunked", "naive"):
+        done = subprocess.run([sys.executable, __file__, "--memory-child", variant], capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"memory {variant} failed:\n{done.stderr[-3000:]}")
+        res[variant] = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    a, b = res["chunked"]["check"], res["naive"]["check"]
+    same = all(abs(x - y) <= 1e-3 * max(1.0, abs(y)) for x, y in zip(a, b, strict=True))
+    ratio = res["chunked"]["peak_above_inputs_mb"] / res["naive"]["peak_above_inputs_mb"]
+    return {**MEMORY, **res, "same_values": same, "ratio_to_naive": ratio}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--memory-child", choices=("chunked", "naive"))
+    a = ap.parse_args()
+    if a.memory_child:
+        return memory_child(a.memory_child)
+    import torch
+
+    from rpgrl.presets import get_preset
+
+    torch.set_num_threads(THREADS)
+    t0 = time.perf_counter()
+    big = SIZES["30m"]
+    h, inter = big["hidden"], big["ffn"]
+    qkv = (big["heads"] + 2 * big["kv_heads"]) * (h // big["heads"])
+    shapes = {"square 2048": (2048, 2048, 2048), "decode q|k|v 32x512x1024": (32, qkv, h),
+              "decode gate|up 32x512x3072": (32, 2 * inter, h), "update mlp 1024x512x1536": (1024, inter, h)}  # fmt: skip
+    gemm = {k: gemm_gflops(*v) for k, v in shapes.items()}
+    peak = gemm["square 2048"]
+    print(f"GEMM: {json.dumps({k: round(v, 1) for k, v in gemm.items()})}", flush=True)
+
+    d = get_preset("default")
+    default_arch = dict(hidden=d.model.hidden_size, layers=d.model.num_layers, heads=d.model.num_heads,
+                        kv_heads=d.model.num_kv_heads, ffn=d.model.intermediate_size)  # fmt: skip
+    configs = {
+        "1m": (SIZES["1m"], PROMPTS_PER_STEP, G, MAX_NEW_TOKENS, PROMPTS_PER_STEP),
+        "30m": (big, PROMPTS_PER_STEP, G, MAX_NEW_TOKENS, PROMPTS_PER_STEP),
+        "default": (
+            default_arch,
+            d.rollout.prompts_per_step,
+            d.rollout.group_size,
+            d.rollout.max_new_tokens,
+            d.train.mini_batch_prompts,
+        ),  # fmt: skip
+    }
+    sizes = {name: measure(name, *c, reps=a.reps) for name, c in configs.items()}
+    for s in sizes.values():
+        for phase in ("generation", "generation_transformers", "update"):
+            s[phase]["fraction_of_peak"] = s[phase]["gflops"] / peak
+
+    base = step_seconds(SIZES["1m"], G, MAX_NEW_TOKENS, a.reps)
+    scaling = {"base_s": base, "G_x2": step_seconds(SIZES["1m"], 2 * G, MAX_NEW_TOKENS, a.reps) / base,
+               "T_x2": step_seconds(SIZES["1m"], G, 2 * MAX_NEW_TOKENS, a.reps) / base}  # fmt: skip
+    memory = logprob_memory()
+    info = {
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "versions": versions(), "hardware": hardware() | {"torch_threads": THREADS},
+        "gemm_gflops": peak, "gemm_shapes": gemm, "sizes": sizes, "scaling": scaling, "logprob_memory": memory,
+        "seconds": time.perf_counter() - t0,
+    }  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "roofline.json").write_text(json.dumps(info, indent=1) + "\n")
+    (RESULTS / "roofline.md").write_text(markdown(info))
+    print(markdown(info))
+
+
+def markdown(info: dict) -> str:
+    v, hw = info["versions"], info["hardware"]
+    lines = [
+        "# Roofline: each phase against this machine's float32 GEMM rate",
+        "",
+        f"commit {info['commit']}; torch {v['torch']}, transformers {v['transformers']}, python {v['python']}; "
+        f"{hw['cpu']}, {hw['torch_threads']} threads of {hw['logical_cpus']} logical CPUs. "
+        "Written by `benchmarks/bench_roofline.py` (its docstring says what is counted).",
+        "",
+        f"Measured GEMM rate (torch.mm, float32, 2048^3): **{info['gemm_gflops']:.1f} GFLOP/s**; at the 31M model's "
+        "shapes: " + ", ".join(f"{k} {g:.1f}" for k, g in info["gemm_shapes"].items() if k != "square 2048") + ".",
+        "",
+        "| config | params | step shape | phase | tokens/s | GFLOP/s | fraction of GEMM rate |",
+        "|---|---:|---|---|---:|---:|---:|",
+    ]
+    for name, s in info["sizes"].items():
+        shape = f"{s['prompts']}x{s['group_size']}x{s['new_tokens']} (prompt {s['prompt_len']})"
+        for phase in ("generation_transformers", "generation", "update"):
+            p = s[phase]
+            label = {"generation": "generation (static cache)", "generation_transformers": "generation (transformers)",
+                     "update": "update"}[phase]  # fmt: skip
+            lines.append(f"| {name} | {s['params'] / 1e6:.2f}M | {shape} | {label} | {p['tokens_per_s']:.0f} | "
+                         f"{p['gflops']:.2f} | {p['fraction_of_peak']:.1%} |")  # fmt: skip
+    lines += ["", "Generation speed-up of the static-cache decode over the transformers path: "
+              + ", ".join(f"{n} x{s['generation']['speedup_vs_transformers']:.2f}" for n, s in info["sizes"].items())
+              + "."]  # fmt: skip
+    sc, m = info["scaling"], info["logprob_memory"]
+    lines += [
+        "",
+        f"Linear cost (0.8M model, step = generation + update, base {sc['base_s']:.3f} s): doubling G costs "
+        f"x{sc['G_x2']:.2f}, doubling the response length x{sc['T_x2']:.2f} (target <= 2.1).",
+        "",
+        f"Log-prob memory at V = {m['vocab']:,}, hidden {m['hidden']}, T = {m['positions']} (log-probs + entropy + "
+        f"backward, peak RSS above the inputs): chunked {m['chunked']['peak_above_inputs_mb']:.0f} MB in "
+        f"{m['chunked']['seconds']:.1f} s, naive {m['naive']['peak_above_inputs_mb']:.0f} MB in "
+        f"{m['naive']['seconds']:.1f} s: ratio **{m['ratio_to_naive']:.3f}** (target <= 0.25); same values: "
+        f"{m['same_values']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
