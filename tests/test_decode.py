@@ -103,3 +103,26 @@ def test_unsupported_models_fall_back_or_refuse(tok):
         sample(model, tok, PROMPTS, n=2, max_new_tokens=4, decode="static")
     with pytest.raises(ValueError, match="decode must be auto, static or transformers"):
         sample(model, tok, PROMPTS, max_new_tokens=4, decode="fast")
+
+
+def test_finished_rows_are_dropped_and_the_samples_do_not_change(tok, monkeypatch):
+    """Rows past EOS leave the static cache once they are a quarter of it; the sampled tokens and log-probs are
+    still those of the transformers path (every row keeps drawing from the same generator stream)."""
+    model = dict(models(tok))["qwen2"]
+    sizes = []
+    forward = StaticDecoder._forward
+
+    def spy(self, tokens, positions):
+        sizes.append(tokens.shape[0])
+        return forward(self, tokens, positions)
+
+    monkeypatch.setattr(StaticDecoder, "_forward", spy)
+    runs = {}
+    for decode in ("transformers", "static"):
+        g = torch.Generator().manual_seed(11)
+        runs[decode] = sample(model, tok, PROMPTS, n=8, max_new_tokens=60, generator=g, decode=decode)
+    a, b = runs["transformers"], runs["static"]
+    assert sizes[0] == 24 and min(sizes) < 18  # compacted at least once
+    assert torch.equal(a.input_ids, b.input_ids)
+    torch.testing.assert_close(b.sampler_logp, a.sampler_logp, rtol=0, atol=1e-5)
+    assert int((b.response_mask.sum(-1) < 60).sum()) >= 6  # the rows that were dropped did finish

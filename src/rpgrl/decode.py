@@ -102,6 +102,8 @@ class StaticDecoder:
         self.rot = _rotate_half_matrix(self.hd, dtype, dev)
         self.valid = torch.ones(batch, length, dtype=torch.bool, device=dev)  # keys a row may attend to
         self.filled = 0
+        self.rows: Tensor | None = None  # the rows still computed (after compaction), None = all
+        self.out: Tensor | None = None  # (B, V) logits of every row once rows are dropped
 
     def _layer(self, layer, batch: int, length: int) -> _Layer:
         a, m = layer.self_attn, layer.mlp
@@ -134,8 +136,33 @@ class StaticDecoder:
         self.valid[:, :P] = prompt_mask.bool().repeat_interleave(repeats, 0)
         self.filled = P
 
-    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """Feed one token per row (tokens, positions: (B,)) at the next cache slot; returns logits (B, V)."""
+    def step(self, tokens: Tensor, positions: Tensor, done: Tensor | None = None) -> Tensor:
+        """Feed one token per row (tokens, positions: (B,)) at the next cache slot; returns logits (B, V).
+
+        `done` (B,) bool marks finished rows, whose logits nobody reads: once they are a quarter of the rows still
+        computed, those rows are dropped from the cache (compaction) and their logits rows are left stale."""
+        if done is not None:
+            self._compact(~done)
+        if self.rows is None:
+            return self._forward(tokens, positions)
+        logits = self._forward(tokens[self.rows], positions[self.rows])
+        if self.out is None:
+            self.out = logits.new_zeros(tokens.shape[0], logits.shape[-1])
+        return self.out.index_copy_(0, self.rows, logits)
+
+    def _compact(self, alive: Tensor) -> None:
+        rows = self.rows if self.rows is not None else torch.arange(alive.shape[0], device=alive.device)
+        keep = alive[rows]
+        n = int(keep.sum())
+        if n == 0 or 4 * n > 3 * rows.shape[0]:
+            return
+        local = keep.nonzero().squeeze(-1)
+        for L in self.layers:
+            L.keys, L.values = L.keys[local], L.values[local]
+        self.valid = self.valid[local]
+        self.rows = rows[local]
+
+    def _forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         B, s, nh, nkv, hd, eps = tokens.shape[0], self.filled, self.nh, self.nkv, self.hd, self.eps
         x = F.embedding(tokens, self.embed)  # (B, H)
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (B, 1, hd)

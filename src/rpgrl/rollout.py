@@ -395,7 +395,7 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         done = done | torch.isin(tok, eos_t)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
-        logits = _upcast(step.step(tokens[-1], next_pos))
+        logits = _upcast(step.step(tokens[-1], next_pos, done))
         next_pos = next_pos + 1
     response = torch.stack(tokens, 1)  # (B, T)
     r_mask = response_mask_from_ids(response, eos)
@@ -421,7 +421,7 @@ class _TransformersStep:
         self.mask = prompt_mask.repeat_interleave(repeats, 0)  # (B, P), grows by one column per step
         self.ones = torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype, device=self.mask.device)
 
-    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def step(self, tokens: Tensor, positions: Tensor, done: Tensor) -> Tensor:
         self.mask = torch.cat([self.mask, self.ones], 1)
         out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=positions[:, None],
                          past_key_values=self.cache, use_cache=True)  # fmt: skip
