@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_trl import G, MAX_NEW_TOKENS, PROMPTS_PER_STEP, RESULTS, SIZES, hardware, versions
+from bench_trl import MAX_NEW_TOKENS, PROMPTS_PER_STEP, RESULTS, SIZES, G, hardware, versions
 
 THREADS = 2
 NO_STOP = 10**6  # an EOS id no model emits: every row decodes max_new_tokens tokens
@@ -177,8 +177,9 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
     uf = update_flops(cfg, update_prompts, update_prompts * g, P, new_tokens)
     out["update"] = {"seconds": s, "tokens_per_s": update_prompts * g * new_tokens / s, "gflop": uf / 1e9,
                      "gflops": uf / s / 1e9}  # fmt: skip
-    print(f"{name}: generation {out['generation']['gflops']:.2f} GFLOP/s (x{out['generation']['speedup_vs_transformers']:.2f} "
-          f"vs transformers), update {out['update']['gflops']:.2f} GFLOP/s", flush=True)  # fmt: skip
+    gen_, upd = out["generation"], out["update"]
+    print(f"{name}: generation {gen_['gflops']:.2f} GFLOP/s (x{gen_['speedup_vs_transformers']:.2f} vs transformers), "
+          f"update {upd['gflops']:.2f} GFLOP/s", flush=True)  # fmt: skip
     return out
 
 
@@ -271,8 +272,12 @@ def main() -> None:
     big = SIZES["30m"]
     h, inter = big["hidden"], big["ffn"]
     qkv = (big["heads"] + 2 * big["kv_heads"]) * (h // big["heads"])
-    shapes = {"square 2048": (2048, 2048, 2048), "decode q|k|v 32x512x1024": (32, qkv, h),
-              "decode gate|up 32x512x3072": (32, 2 * inter, h), "update mlp 1024x512x1536": (1024, inter, h)}  # fmt: skip
+    shapes = {
+        "square 2048": (2048, 2048, 2048),
+        "decode q|k|v 32x512x1024": (32, qkv, h),
+        "decode gate|up 32x512x3072": (32, 2 * inter, h),
+        "update mlp 1024x512x1536": (1024, inter, h),
+    }
     gemm = {k: gemm_gflops(*v) for k, v in shapes.items()}
     peak = gemm["square 2048"]
     print(f"GEMM: {json.dumps({k: round(v, 1) for k, v in gemm.items()})}", flush=True)
@@ -301,7 +306,7 @@ def main() -> None:
                "T_x2": step_seconds(SIZES["1m"], G, 2 * MAX_NEW_TOKENS, a.reps) / base}  # fmt: skip
     memory = logprob_memory()
     info = {
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": _commit(),
         "versions": versions(), "hardware": hardware() | {"torch_threads": THREADS},
         "gemm_gflops": peak, "gemm_shapes": gemm, "sizes": sizes, "scaling": scaling, "logprob_memory": memory,
         "seconds": time.perf_counter() - t0,
@@ -310,6 +315,13 @@ def main() -> None:
     (RESULTS / "roofline.json").write_text(json.dumps(info, indent=1) + "\n")
     (RESULTS / "roofline.md").write_text(markdown(info))
     print(markdown(info))
+
+
+def _commit() -> str:
+    git = ["git", "-C", str(Path(__file__).resolve().parents[1])]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "src"], capture_output=True, text=True).stdout.strip()
+    return commit + (" (src modified)" if dirty else "")
 
 
 def markdown(info: dict) -> str:
