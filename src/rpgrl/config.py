@@ -89,6 +89,9 @@ class RolloutConfig:
     """nucleus sampling threshold (1.0 = off; top-k is always off)"""
     gen_batch_size: int = 256
     """sequences per generation call (memory knob only, results do not depend on it)"""
+    decode: Literal["auto", "static", "transformers"] = "auto"
+    """decode step: 'static' (rpgrl.decode: static KV cache, fused projections; Qwen2/Qwen3/Llama), 'transformers'
+    (the model's own forward, any causal LM), 'auto' = static where supported. Same distribution either way"""
     group_filter: Literal["off", "drop", "fill"] = "drop"
     """groups whose G responses are all correct or all wrong carry no signal: 'drop' leaves them out of the
     update; 'fill' is DAPO's dynamic sampling (keep generating until prompts_per_step mixed groups, spec 5.3)"""

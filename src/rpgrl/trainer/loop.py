@@ -420,6 +420,7 @@ def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator,
             top_p=r.top_p,
             batch_size=max(1, r.gen_batch_size // r.group_size),
             generator=generator,
+            decode=r.decode,
         )
         timing["generation"] += time.perf_counter() - t
         t = time.perf_counter()
@@ -573,6 +574,7 @@ def _accuracy(model, tokenizer, prompts, answers, cfg: Config, k: int, seed: int
         greedy=seed is None,
         batch_size=max(1, cfg.rollout.gen_batch_size // k),
         generator=None if seed is None else torch.Generator(device=model_device(model)).manual_seed(seed),
+        decode=cfg.rollout.decode,
     )
     scored = [bool(reward_fn(t, answers[i // k]).correct) for i, t in enumerate(r.texts)]
     return sum(scored) / len(scored)
