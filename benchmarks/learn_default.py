@@ -92,7 +92,9 @@ def regime_metrics(rows: list[dict]) -> dict:
         vals = [r[key] for r in rows if key in r]
         return sum(vals) / len(vals) if vals else None
 
+    phases = sorted({k for r in rows for k in r if k.startswith("perf/") and k.endswith("_s") and k != "perf/step_s"})
     return {
+        "rl_phase_seconds": {k[5:-2]: sum(r.get(k, 0.0) for r in rows) for k in phases},
         "clip_active_steps": sum(c > 0 for c in clip) / max(len(clip), 1),
         "clip_token_frac_mean": sum(clip) / max(len(clip), 1),
         "max_abs_log_w": max((max(r.get("log_w/max", 0.0), -r.get("log_w/min", 0.0)) for r in rows), default=0.0),
@@ -114,6 +116,7 @@ def main() -> int:
 
     command = "rpgrl train --seed S " + " ".join(args.extra)
     versions = _versions()
+    previous = _previous(args.results, command, versions["commit"])
     done = {} if args.fresh else _finished_runs(args.results, command, versions["commit"])
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = args.runs_dir or Path(tmp)
@@ -130,6 +133,7 @@ def main() -> int:
                 flush=True,
             )
             result = _result(runs, command, versions, complete=len(runs) == len(args.seeds))
+            result["previous"] = previous
             args.results.parent.mkdir(parents=True, exist_ok=True)
             args.results.write_text(json.dumps(result, indent=2) + "\n")  # after every seed: nothing is lost
             args.results.with_suffix(".md").write_text(markdown(result))
@@ -148,6 +152,18 @@ def markdown(result: dict) -> str:
         "| clipped tokens | max abs log w | KL share of gradient |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    mean_wall = sum(r["wall_seconds"] for r in result["runs"]) / len(result["runs"])
+    prev = result.get("previous")
+    if prev:
+        ratio = mean_wall / prev["mean_wall_seconds"]
+        lines[0] += (f" Mean wall time {mean_wall:.0f} s against {prev['mean_wall_seconds']:.0f} s at commit "
+                     f"{prev['commit'][:7]} ({prev['hardware']['cpu']}): {ratio:.2f}x.")  # fmt: skip
+    phases = {k for r in result["runs"] for k in r.get("rl_phase_seconds", {})}
+    if phases:
+        per = {k: sum(r["rl_phase_seconds"].get(k, 0.0) for r in result["runs"]) / len(result["runs"]) for k in phases}
+        sft = sum(r["sft_seconds"] for r in result["runs"]) / len(result["runs"])
+        lines[0] += " Mean seconds per run: warm start " + f"{sft:.0f}, " + ", ".join(
+            f"{k} {v:.0f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])) + "."  # fmt: skip
     for r in result["runs"]:
         share = r.get("kl_grad_share_mean")
         lines.append(
@@ -157,6 +173,23 @@ def markdown(result: dict) -> str:
             f"{r['max_abs_log_w']:.2f} | {'-' if share is None else f'{share:.1e}'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _previous(path: Path, command: str, commit: str) -> dict | None:
+    """The results file's earlier run of the same command at another commit (kept as the baseline of wall time), or
+    its own baseline when it is a rerun at this commit."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if old.get("command") != command:
+        return None
+    if old.get("versions", {}).get("commit") == commit:
+        return old.get("previous")
+    walls = [r["wall_seconds"] for r in old.get("runs", [])]
+    return {"commit": old["versions"]["commit"], "date": old.get("date"), "hardware": old.get("hardware"),
+            "seeds": [r["seed"] for r in old["runs"]], "mean_wall_seconds": sum(walls) / len(walls),
+            "mean_gain_points": old.get("mean_gain_points"), "seeds_passing": old.get("seeds_passing")}  # fmt: skip
 
 
 def _finished_runs(path: Path, command: str, commit: str) -> dict[int, dict]:
