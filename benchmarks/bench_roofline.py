@@ -207,6 +207,55 @@ def step_seconds(arch: dict, g: int, new_tokens: int, reps: int) -> float:
     return _best(step, reps)
 
 
+def decode_profile(arch: dict, steps: int = 16) -> dict:
+    """One static-cache decode loop (G x PROMPTS_PER_STEP rows) under the profiler and, separately, timed eager and
+    under torch.compile(dynamic=True). `gemm_share`: the weight matrix products' (aten::mm, aten::addmm) share of
+    the step's CPU time; 1 / gemm_share bounds any speed-up that leaves those products as they are."""
+    import torch
+    from transformers import DynamicCache
+
+    from rpgrl.decode import StaticDecoder
+    from rpgrl.rollout import position_ids
+
+    tok, model, prompt_ids = _setup(arch, PROMPTS_PER_STEP)
+    B, P = PROMPTS_PER_STEP * G, len(prompt_ids[0])
+    ids = torch.tensor(prompt_ids).repeat_interleave(G, 0)
+    mask = torch.ones_like(ids)
+
+    def decoder():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache,
+              use_cache=True)  # fmt: skip
+        dec = StaticDecoder(model, B, P + steps + 1)
+        dec.load_prefill(cache, mask, 1)
+        return dec
+
+    tokens, pos = ids[:, -1], torch.full((B,), P)
+
+    def loop(fn):
+        dec = decoder()
+        t = time.perf_counter()
+        for i in range(steps):
+            fn(dec, tokens, pos + i)
+        return (time.perf_counter() - t) / steps
+
+    with torch.inference_mode():
+        loop(StaticDecoder._forward)
+        with torch.profiler.profile() as prof:
+            loop(StaticDecoder._forward)
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        gemm = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm"))
+        eager = min(loop(StaticDecoder._forward) for _ in range(3))
+        compiled_fn = torch.compile(StaticDecoder._forward, dynamic=True)
+        t = time.perf_counter()
+        first = loop(compiled_fn) * steps
+        compiled = min(loop(compiled_fn) for _ in range(3))
+    return {"rows": B, "gemm_share": gemm / total, "max_speedup_at_these_gemm_rates": total / gemm,
+            "eager_ms_per_step": 1e3 * eager, "compiled_ms_per_step": 1e3 * compiled,
+            "compile_first_loop_s": first, "compile_wall_s": time.perf_counter() - t}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Memory at a real vocabulary (one subprocess per variant)
 
@@ -304,11 +353,14 @@ def main() -> None:
     base = step_seconds(SIZES["1m"], G, MAX_NEW_TOKENS, a.reps)
     scaling = {"base_s": base, "G_x2": step_seconds(SIZES["1m"], 2 * G, MAX_NEW_TOKENS, a.reps) / base,
                "T_x2": step_seconds(SIZES["1m"], G, 2 * MAX_NEW_TOKENS, a.reps) / base}  # fmt: skip
+    decode = {name: decode_profile(SIZES[name]) for name in ("1m", "30m")}
+    print(f"decode: {json.dumps(decode)}", flush=True)
     memory = logprob_memory()
     info = {
         "commit": _commit(),
         "versions": versions(), "hardware": hardware() | {"torch_threads": THREADS},
-        "gemm_gflops": peak, "gemm_shapes": gemm, "sizes": sizes, "scaling": scaling, "logprob_memory": memory,
+        "gemm_gflops": peak, "gemm_shapes": gemm, "sizes": sizes, "decode_profile": decode, "scaling": scaling,
+        "logprob_memory": memory,
         "seconds": time.perf_counter() - t0,
     }  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
@@ -350,6 +402,14 @@ def markdown(info: dict) -> str:
     lines += ["", "Generation speed-up of the static-cache decode over the transformers path: "
               + ", ".join(f"{n} x{s['generation']['speedup_vs_transformers']:.2f}" for n, s in info["sizes"].items())
               + "."]  # fmt: skip
+    decode = [
+        f"{n}: weight GEMMs {d['gemm_share']:.0%} of the CPU time, so at most "
+        f"x{d['max_speedup_at_these_gemm_rates']:.2f} from everything else; eager {d['eager_ms_per_step']:.2f} "
+        f"ms/step, torch.compile(dynamic=True) {d['compiled_ms_per_step']:.2f} ms/step after a "
+        f"{d['compile_first_loop_s']:.0f} s first loop"
+        for n, d in info["decode_profile"].items()
+    ]
+    lines += ["", "Decode step (static cache, 32 rows, profiled): " + "; ".join(decode) + "."]
     sc, m = info["scaling"], info["logprob_memory"]
     lines += [
         "",
