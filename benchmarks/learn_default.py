@@ -29,6 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MAX_SECONDS, MIN_GAIN, MIN_SEEDS, N_SEEDS = 300.0, 30.0, 8, 10
+NOT_PHASES = {"perf/step_s", "perf/tokens_per_s", "perf/gen_tokens_per_s"}  # perf/*_s keys that are not seconds
 
 
 def _cpu_model() -> str:
@@ -92,7 +93,7 @@ def regime_metrics(rows: list[dict]) -> dict:
         vals = [r[key] for r in rows if key in r]
         return sum(vals) / len(vals) if vals else None
 
-    phases = sorted({k for r in rows for k in r if k.startswith("perf/") and k.endswith("_s") and k != "perf/step_s"})
+    phases = sorted({k for r in rows for k in r if k.startswith("perf/") and k.endswith("_s")} - NOT_PHASES)
     return {
         "rl_phase_seconds": {k[5:-2]: sum(r.get(k, 0.0) for r in rows) for k in phases},
         "clip_active_steps": sum(c > 0 for c in clip) / max(len(clip), 1),
