@@ -126,3 +126,18 @@ def test_finished_rows_are_dropped_and_the_samples_do_not_change(tok, monkeypatc
     assert torch.equal(a.input_ids, b.input_ids)
     torch.testing.assert_close(b.sampler_logp, a.sampler_logp, rtol=0, atol=1e-5)
     assert int((b.response_mask.sum(-1) < 60).sum()) >= 6  # the rows that were dropped did finish
+
+
+def test_auto_keeps_large_models_on_the_transformers_path(tok, monkeypatch):
+    """The static path copies the q|k|v and gate|up weights per call: 'auto' takes it only under the size limit."""
+    import rpgrl.rollout as rollout
+
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64)
+    calls = []
+    monkeypatch.setattr(StaticDecoder, "_forward", lambda self, t, p: calls.append(1) or torch.zeros(len(t), len(tok)))
+    sample(model, tok, PROMPTS, max_new_tokens=3, eos_token_ids=10**6)
+    assert calls  # small model: static
+    calls.clear()
+    monkeypatch.setattr(rollout, "AUTO_STATIC_BYTES", 1024)
+    sample(model, tok, PROMPTS, max_new_tokens=3, eos_token_ids=10**6)
+    assert not calls

@@ -290,7 +290,8 @@ def sample(
     generator: a `torch.Generator` for reproducible sampling (on the model's device).
     eos_token_ids: stop tokens; default = the model's generation-config EOS ids plus the tokenizer's.
     decode: "static" (`rpgrl.decode.StaticDecoder`: static KV cache, fused projections), "transformers" (the
-    model's own forward with a DynamicCache, any causal LM), or "auto": static where `decode.supported(model)`.
+    model's own forward with a DynamicCache, any causal LM), or "auto": static where `decode.supported(model)` and
+    the weights are under AUTO_STATIC_BYTES (the fused q|k|v and gate|up weights are copies made per call).
     The prompts are prefilled by the model's forward either way.
     """
     if not prompts:
@@ -349,7 +350,13 @@ def _decode_path(model, decode: str) -> str:
     reason = supported(model) if decode != "transformers" else None
     if decode == "static" and reason is not None:
         raise ValueError(f"sample: decode='static' does not support this model: {reason}")
+    if decode == "auto" and reason is None:  # the fused projections are copies of most weights: small models only
+        size = sum(p.numel() * p.element_size() for p in model.parameters())
+        reason = "weights over AUTO_STATIC_BYTES" if size > AUTO_STATIC_BYTES else None
     return "transformers" if decode == "transformers" or reason is not None else "static"
+
+
+AUTO_STATIC_BYTES = 2**31  # decode="auto" takes the static path for models up to 2 GiB of weights
 
 
 def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad,
