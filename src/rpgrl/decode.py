@@ -65,10 +65,9 @@ def _cat(*ts: Tensor | None) -> Tensor | None:
     return None if ts[0] is None else torch.cat(ts, 0)
 
 
-def _rms(x: Tensor, w: Tensor | None, eps: float) -> Tensor:
+def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
     """transformers' RMSNorm: normalised in float32 (also for a float64 or bfloat16 model), then scaled by w."""
-    y = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
-    return y if w is None else y * w
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * w
 
 
 def _rotate_half_matrix(hd: int, dtype, device) -> Tensor:

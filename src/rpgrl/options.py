@@ -132,9 +132,6 @@ class RPGOptions:
         """The options as `rpg_loss` keyword arguments."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def replace(self, **changes: Any) -> RPGOptions:
-        return dataclasses.replace(self, **changes)
-
 
 _CHOICES = {
     "divergence": DIVERGENCES,
