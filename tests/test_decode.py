@@ -105,6 +105,27 @@ def test_unsupported_models_fall_back_or_refuse(tok):
         sample(model, tok, PROMPTS, max_new_tokens=4, decode="fast")
 
 
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (dict(), None),
+        (dict(hidden_act="gelu"), "hidden_act 'gelu'"),
+        (dict(mlp_bias=True), "MLP biases"),
+        (dict(rope_scaling=dict(rope_type="dynamic", factor=2.0)), "dynamic RoPE"),
+        (dict(rope_scaling=dict(rope_type="linear", factor=2.0)), None),
+    ],
+)
+def test_a_config_alone_gives_the_models_verdict(tok, change, reason):
+    """`supported` on the config (checked before the weights load) says what it says on the built model."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, intermediate_size=32, **change)  # fmt: skip
+    verdict = supported(LlamaForCausalLM(cfg))
+    assert supported(cfg) == verdict
+    assert (verdict is None) == (reason is None) and (reason is None or reason in verdict)
+
+
 def test_finished_rows_are_dropped_and_the_samples_do_not_change(tok, monkeypatch):
     """Rows past EOS leave the static cache once they are a quarter of it; the sampled tokens and log-probs are
     still those of the transformers path (every row keeps drawing from the same generator stream)."""

@@ -27,8 +27,9 @@ ARCHS = ("qwen2", "qwen3", "llama")
 
 
 def supported(model) -> str | None:
-    """None if `StaticDecoder` computes exactly `model`'s forward, else the reason it does not."""
-    cfg = model.config
+    """None if `StaticDecoder` computes exactly `model`'s forward, else the reason it does not. `model` may also be
+    its config alone (a `PretrainedConfig`: checked before the weights are loaded)."""
+    cfg = getattr(model, "config", model)
     if cfg.model_type not in ARCHS:
         return f"model_type {cfg.model_type!r} (fast decode knows {', '.join(ARCHS)})"
     layer_types = getattr(cfg, "layer_types", None) or ()
@@ -41,7 +42,11 @@ def supported(model) -> str | None:
     for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling", "attn_logit_softcapping"):
         if getattr(cfg, attr, None) not in (None, 1, 1.0):
             return f"config.{attr}"
-    if getattr(model.model.rotary_emb, "rope_type", "default") == "dynamic":
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    if cfg is not model:  # the module's own rotary type is the one that runs
+        rope_type = getattr(model.model.rotary_emb, "rope_type", rope_type)
+    if rope_type == "dynamic":
         return "dynamic RoPE (its frequencies depend on the sequence length)"
     return None
 

@@ -221,3 +221,35 @@ def test_broken_model_folder_is_one_line(capsys, finished_run, tmp_path, damaged
     err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *TINY_ARGS])
     assert f"cannot load the {'tokenizer of' if damaged.startswith('tok') else 'model in'} {model}" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_warm_start_without_the_synthetic_task_creates_nothing(capsys, tmp_path):
+    """The warm start imitates the synthetic task's solutions; on a file dataset it is refused before `out`."""
+    out = tmp_path / "run"
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1", "answer": "2"}])
+    err = _fail(capsys, ["--data.train", data, "--data.reward", "math01", "--sft.max_steps", "5", "--out", str(out)])
+    assert "sft.max_steps > 0 needs the synthetic task" in err
+    assert not out.exists()
+
+
+def test_static_decode_on_an_unsupported_model_creates_nothing(capsys, tmp_path):
+    """rollout.decode static on a model rpgrl.decode does not compute exactly (a GELU MLP) fails at setup, naming
+    the reason; 'auto' would fall back to the transformers path."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rpgrl.models import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, hidden_act="gelu", pad_token_id=tok.pad_token_id,
+                      eos_token_id=tok.eos_token_id)  # fmt: skip
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    capsys.readouterr()  # the save's progress bar
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1", "answer": "2"}])
+    out = tmp_path / "run"
+    argv = ["--model.path", str(tmp_path / "model"), "--data.train", data, "--data.reward", "math01",
+            "--sft.max_steps", "0", "--rollout.decode", "static", "--out", str(out)]  # fmt: skip
+    err = _fail(capsys, argv)
+    assert "rollout.decode static does not support this model (hidden_act 'gelu')" in err
+    assert not out.exists()

@@ -646,8 +646,6 @@ class _averaged_weights:
 def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
     from rpgrl.trainer.sft import warm_start
 
-    if task.train_problems is None:
-        raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
     crash_point("warm-start")
     stats = warm_start(
         model,

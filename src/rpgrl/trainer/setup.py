@@ -74,7 +74,8 @@ def anchor_kwargs(lc: LossConfig, anchor_logp: torch.Tensor | None, old_logp: to
 
 def build_model(cfg: Config):
     """(model, tokenizer): the tiny local model (char tokenizer for the synthetic task, bytes otherwise) or a
-    Hugging Face folder (`model.path`). A missing folder raises UsageError."""
+    Hugging Face folder (`model.path`). A missing folder, or rollout.decode 'static' on a model it does not support,
+    raises UsageError."""
     from rpgrl import models
 
     m = cfg.model
@@ -99,8 +100,29 @@ def build_model(cfg: Config):
             seed=cfg.train.seed,
         ).to(dtype)
     else:
+        _check_decode(cfg, m.path)  # from config.json alone, before the weights load
         model, tokenizer = models.load_model(m.path, dtype=dtype)
+    _check_decode(cfg, model)
     return model.to(device).eval(), tokenizer
+
+
+def _check_decode(cfg: Config, model) -> None:
+    """rollout.decode 'static' on a model `rpgrl.decode` does not compute exactly: one line, before any work.
+    `model`: the model, or its folder (its config.json is read; one that does not load is left to `load_model`)."""
+    from rpgrl.decode import supported
+
+    if cfg.rollout.decode != "static":
+        return
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        try:
+            model = AutoConfig.from_pretrained(model)
+        except (OSError, ValueError, KeyError):
+            return
+    reason = supported(model)
+    if reason is not None:
+        raise UsageError(f"rollout.decode static does not support this model ({reason}); use auto or transformers")
 
 
 @dataclasses.dataclass
@@ -300,6 +322,8 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     _seed_everything(cfg.train.seed)
     model, tokenizer = build_model(cfg)
     task = load_task(cfg, tokenizer)
+    if ckpt is None and cfg.sft.max_steps > 0 and task.train_problems is None:
+        raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
     params = [p for p in model.parameters() if p.requires_grad]
     run = Run(
         cfg, out, model, tokenizer, task, load_benchmarks(cfg), params, make_optimizer(cfg, params),
