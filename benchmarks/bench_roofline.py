@@ -15,11 +15,15 @@ In one process, 2 torch threads:
        generation               rpgrl.sample as the trainer runs it (decode="auto": the static-cache path)
        generation_transformers  the same with decode="transformers" (the model's own forward, today's baseline)
        update                   token_logprobs + rpg_loss + backward + AdamW step on the generated batch
+     Each phase's `gemm_share` (the weight GEMMs' share of its CPU time, profiled once) gives
+     `max_fraction_if_only_gemms` (and for generation `max_speedup_if_only_gemms`): the value if everything else
+     took no time, the bound that rules a missed target out or not (`targets`).
   3. `logprob_memory`: peak memory of log-probs and entropy with their backward at V = 151,936 (Qwen's vocabulary),
      hidden 1024, T = 4096 positions: rpgrl.rollout.head_logprobs (chunked, recomputed in backward) against the
      naive full-logits computation; each in its own subprocess, peak RSS above the RSS after the inputs exist.
   4. `scaling`: the step time (generation + update) of the 0.8M model when G doubles and, separately, when the
      response length doubles, as ratios to the base step.
+  5. `targets`: issue 12's targets measured here, each with its value, met or not and, when missed, its bound.
 """
 
 from __future__ import annotations
@@ -46,6 +50,19 @@ def _best(fn, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def gemm_share(fn) -> float:
+    """The weight matrix products' (aten::mm, aten::addmm) share of the CPU time of one call of `fn`, profiled.
+    1 / share bounds the speed-up of anything that leaves those products as they are (the profiler's per-op cost
+    inflates the other ops, so the bound is generous)."""
+    import torch
+
+    with torch.profiler.profile() as prof:
+        fn()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    return sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm")) / total
 
 
 def gemm_gflops(m: int, n: int, k: int, reps: int = 7) -> float:
@@ -158,6 +175,7 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
     out["generation"]["speedup_vs_transformers"] = (
         out["generation_transformers"]["seconds"] / out["generation"]["seconds"]
     )
+    out["generation"]["gemm_share"] = gemm_share(lambda: gen("auto"))
 
     rollout = gen("auto")
     keep = torch.arange(rows) < update_prompts * g  # the update's mini-batch: the first update_prompts groups
@@ -176,7 +194,7 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
     s = _best(update, reps)
     uf = update_flops(cfg, update_prompts, update_prompts * g, P, new_tokens)
     out["update"] = {"seconds": s, "tokens_per_s": update_prompts * g * new_tokens / s, "gflop": uf / 1e9,
-                     "gflops": uf / s / 1e9}  # fmt: skip
+                     "gflops": uf / s / 1e9, "gemm_share": gemm_share(update)}  # fmt: skip
     gen_, upd = out["generation"], out["update"]
     print(f"{name}: generation {gen_['gflops']:.2f} GFLOP/s (x{gen_['speedup_vs_transformers']:.2f} vs transformers), "
           f"update {upd['gflops']:.2f} GFLOP/s", flush=True)  # fmt: skip
@@ -349,6 +367,11 @@ def main() -> None:
     for s in sizes.values():
         for phase in ("generation", "generation_transformers", "update"):
             s[phase]["fraction_of_peak"] = s[phase]["gflops"] / peak
+        for phase in ("generation", "update"):  # if everything but the weight GEMMs took no time
+            s[phase]["max_fraction_if_only_gemms"] = s[phase]["fraction_of_peak"] / s[phase]["gemm_share"]
+        s["generation"]["max_speedup_if_only_gemms"] = (
+            s["generation"]["speedup_vs_transformers"] / s["generation"]["gemm_share"]
+        )
 
     base = step_seconds(SIZES["1m"], G, MAX_NEW_TOKENS, a.reps)
     scaling = {"base_s": base, "G_x2": step_seconds(SIZES["1m"], 2 * G, MAX_NEW_TOKENS, a.reps) / base,
@@ -363,10 +386,39 @@ def main() -> None:
         "logprob_memory": memory,
         "seconds": time.perf_counter() - t0,
     }  # fmt: skip
+    info["targets"] = targets(info)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "roofline.json").write_text(json.dumps(info, indent=1) + "\n")
     (RESULTS / "roofline.md").write_text(markdown(info))
     print(markdown(info))
+
+
+def targets(info: dict) -> list[dict]:
+    """Issue 12's targets that this benchmark measures: the value, whether it is met and, for a missed one, the
+    measured bound (the value if everything but the weight GEMMs took no time, from the phase's profiled GEMM
+    share) and whether that bound rules the target out."""
+    s1, s30, sc = info["sizes"]["1m"], info["sizes"]["30m"], info["scaling"]
+
+    def row(name: str, value: float, op: str, threshold: float, bound: float | None = None) -> dict:
+        met = value >= threshold if op == ">=" else value <= threshold
+        ruled_out = None if met or bound is None else bound < threshold
+        return {"target": name, "value": value, "op": op, "threshold": threshold, "met": met,
+                "bound_if_only_gemms": bound, "ruled_out": ruled_out}  # fmt: skip
+
+    gen1, gen30, upd30 = s1["generation"], s30["generation"], s30["update"]
+    return [
+        row("generation speed-up over the transformers path, 0.8M", gen1["speedup_vs_transformers"], ">=", 2.0,
+            gen1["max_speedup_if_only_gemms"]),
+        row("generation speed-up over the transformers path, 31M", gen30["speedup_vs_transformers"], ">=", 1.5,
+            gen30["max_speedup_if_only_gemms"]),
+        row("generation, fraction of the GEMM rate, 31M", gen30["fraction_of_peak"], ">=", 0.40,
+            gen30["max_fraction_if_only_gemms"]),
+        row("update, fraction of the GEMM rate, 31M", upd30["fraction_of_peak"], ">=", 0.75,
+            upd30["max_fraction_if_only_gemms"]),
+        row("log-prob memory, ratio to naive", info["logprob_memory"]["ratio_to_naive"], "<=", 0.25),
+        row("step time when G doubles", sc["G_x2"], "<=", 2.1),
+        row("step time when the response length doubles", sc["T_x2"], "<=", 2.1),
+    ]  # fmt: skip
 
 
 def _commit() -> str:
@@ -410,6 +462,14 @@ def markdown(info: dict) -> str:
         for n, d in info["decode_profile"].items()
     ]
     lines += ["", "Decode step (static cache, 32 rows, profiled): " + "; ".join(decode) + "."]
+    lines += ["", "Targets (issue 12). Bound: the value if everything but the weight GEMMs took no time (each phase's "
+              "GEMM share, profiled); a missed target is ruled out when even that bound misses it.", "",
+              "| target | measured | met | bound | ruled out |", "|---|---:|---|---:|---|"]  # fmt: skip
+    for t in info["targets"]:
+        bound = t["bound_if_only_gemms"]
+        verdict = "-" if t["ruled_out"] is None else ("yes" if t["ruled_out"] else "no")
+        lines.append(f"| {t['target']} {t['op']} {t['threshold']:g} | {t['value']:.3g} | {'yes' if t['met'] else 'no'} "
+                     f"| {'-' if bound is None else f'{bound:.3g}'} | {verdict} |")  # fmt: skip
     sc, m = info["scaling"], info["logprob_memory"]
     lines += [
         "",

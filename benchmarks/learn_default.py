@@ -9,6 +9,7 @@ the mean |log w| and the KL term's share of the gradient weight (`kl/grad_share`
 
     .venv/bin/python benchmarks/learn_default.py                     # seeds 0-9, writes results/learn_default.json
     .venv/bin/python benchmarks/learn_default.py --seeds 0 1 -- --optim.lr 2e-4   # extra args go to rpgrl train
+    .venv/bin/python benchmarks/learn_default.py --same-sitting 1d53140 --seeds 0 1 2  # wall time against a commit
 
 Finished seeds are kept in the results file as they complete; a rerun with the same command and commit skips them
 (`--fresh` reruns everything). Run it alone (`flock /tmp/rpgrl-heavy.lock ...`): two jobs on two cores halve
@@ -29,6 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MAX_SECONDS, MIN_GAIN, MIN_SEEDS, N_SEEDS = 300.0, 30.0, 8, 10
+AB_FILE = "learn_default_same_sitting.json"
 NOT_PHASES = {"perf/step_s", "perf/tokens_per_s", "perf/gen_tokens_per_s"}  # perf/*_s keys that are not seconds
 
 
@@ -56,16 +58,23 @@ def _versions() -> dict[str, str]:
     }
 
 
-def run_seed(seed: int, runs_dir: Path, extra: list[str]) -> dict:
-    out = runs_dir / f"seed{seed}"
+def _train(seed: int, out: Path, extra: list[str], src: Path | None = None) -> tuple[dict, float]:
+    """`rpgrl train --seed S` in a fresh process (with the package at `src` first on the path, if given): its
+    summary.json and the wall time."""
     cmd = [sys.executable, "-m", "rpgrl.cli", "train", "--seed", str(seed), "--out", str(out), *extra]
-    load = os.getloadavg()[0]
+    env = os.environ | {"PYTHONPATH": str(src)} if src is not None else None
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"seed {seed} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    s = json.loads((out / "summary.json").read_text())
+    return json.loads((out / "summary.json").read_text()), wall
+
+
+def run_seed(seed: int, runs_dir: Path, extra: list[str]) -> dict:
+    out = runs_dir / f"seed{seed}"
+    load = os.getloadavg()[0]
+    s, wall = _train(seed, out, extra)
     regime = regime_metrics([json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
     return {
         "seed": seed,
@@ -106,6 +115,40 @@ def regime_metrics(rows: list[dict]) -> dict:
     }
 
 
+def same_sitting(rev: str, seeds: list[int], extra: list[str], path: Path) -> dict:
+    """Wall time of this checkout against the code at commit `rev`, seed by seed in one sitting: each seed runs
+    both, alternating which goes first, so a drifting machine weighs on both alike. Written to `path` after every
+    run pair."""
+    versions = _versions()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        wt = Path(tmp) / "baseline"
+        subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", str(wt), rev], check=True,
+                       capture_output=True)  # fmt: skip
+        try:
+            for name, src in (("baseline", wt / "src"), ("current", HERE.parent / "src")):  # untimed: cold caches
+                _train(seeds[0], Path(tmp) / "warm-up" / name, ["--train.max_steps", "1", "--sft.max_steps", "0"], src)
+            for i, seed in enumerate(seeds):
+                row = {"seed": seed}
+                for name, src in (("baseline", wt / "src"), ("current", HERE.parent / "src"))[:: 1 - 2 * (i % 2)]:
+                    summary, wall = _train(seed, Path(tmp) / name / f"seed{seed}", extra, src)
+                    row[name] = {"wall_seconds": wall, "gain_points": summary["gain_points"]}
+                rows.append(row)
+                print(f"seed {seed}: baseline {row['baseline']['wall_seconds']:.0f} s, current "
+                      f"{row['current']['wall_seconds']:.0f} s", flush=True)  # fmt: skip
+                mean = {k: sum(r[k]["wall_seconds"] for r in rows) / len(rows) for k in ("baseline", "current")}
+                result = {"baseline_commit": subprocess.run(["git", "-C", str(wt), "rev-parse", "HEAD"],
+                                                            capture_output=True, text=True).stdout.strip(),
+                          "command": "rpgrl train --seed S " + " ".join(extra), "versions": versions,
+                          "hardware": {"cpu": _cpu_model(), "cores": os.cpu_count()}, "runs": rows,
+                          "mean_wall_seconds": mean, "ratio": mean["current"] / mean["baseline"],
+                          "date": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+                path.write_text(json.dumps(result, indent=2) + "\n")
+        finally:
+            subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(wt)], capture_output=True)
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(N_SEEDS)))
@@ -113,7 +156,14 @@ def main() -> int:
     ap.add_argument("--runs-dir", type=Path, default=None, help="keep the run directories here (default: temporary)")
     ap.add_argument("--fresh", action="store_true", help="rerun seeds already in the results file")
     ap.add_argument("extra", nargs="*", help="extra `rpgrl train` arguments (after --)")
+    ap.add_argument("--same-sitting", metavar="REV", help="instead: wall time against the code at commit REV, both "
+                    "run per seed in this sitting (writes results/learn_default_same_sitting.json)")  # fmt: skip
     args = ap.parse_args()
+    if args.same_sitting:
+        r = same_sitting(args.same_sitting, args.seeds, args.extra, args.results.with_name(AB_FILE))
+        print(f"mean wall time: current {r['mean_wall_seconds']['current']:.0f} s, baseline "
+              f"{r['mean_wall_seconds']['baseline']:.0f} s: {r['ratio']:.2f}x")  # fmt: skip
+        return 0
 
     command = "rpgrl train --seed S " + " ".join(args.extra)
     versions = _versions()
