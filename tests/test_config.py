@@ -120,6 +120,11 @@ def test_derived_values_are_properties():
         ([("data.train", "none")], "data.train is not set"),
         ([("loss.clip", "hard")], "loss.clip must be dual, truncate or none"),
         ([("model.num_heads", "3")], "model.hidden_size must be divisible by model.num_heads"),
+        ([("optim.eps", "-1e-8")], "optim.eps must be >= 0"),  # torch's AdamW refuses it mid-setup
+        ([("rollout.temperature", "1e-300")], "rollout.temperature must be >= 1e-8"),  # logits / T overflow
+        ([("train.seed", str(2**63))], "train.seed must be in [0, 2**63 - 1]"),  # torch's generators: 64 bits
+        ([("train.seed", "-1")], "train.seed must be in [0, 2**63 - 1]"),
+        ([("train.threads", "100000")], "train.threads must be <= 4 x the"),  # crashed the process
     ],
 )
 def test_check_rejects_unusable_values(overrides, needle):

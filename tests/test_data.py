@@ -161,6 +161,8 @@ def test_malformed_rows_name_the_row(tmp_path):
         ([{"prompt": "ok", "answer": "1"}, {"prompt": "ok2", "answer": None}], "line 2: missing 'answer'"),
         ([{"prompt": "ok", "answer": True}], "line 1: 'answer' must be a string or a number, got bool"),
         ([{"prompt": "ok", "answer": " "}], "line 1: 'answer' is empty"),
+        (['{"prompt": "ok", "answer": NaN}'], "line 1: 'answer' is nan, not an answer"),
+        (['{"prompt": "ok", "answer": 1e999}'], "line 1: 'answer' is inf, not an answer"),
         ([{"prompt": [{"role": "user"}], "answer": "1"}], "line 1: 'prompt' must be a string or a list of"),
         ([{"prompt": 7, "answer": "1"}], "line 1: 'prompt' must be a non-empty string or a non-empty list"),
         ([{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": "2"}], "rows 1 and 2 have the same prompt"),

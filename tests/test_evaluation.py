@@ -211,6 +211,12 @@ def test_encode_messages_uses_the_chat_template_when_present():
     raw = encode_messages(tok, messages)
     assert raw[0] == tok.bos_token_id and tok.decode(raw, skip_special_tokens=True) == "What is 1+1?"
     assert len(encode_messages(tok, messages, max_length=5)) == 5  # left truncation keeps the end
+    tok.chat_template = "{{ raise_exception('unknown role ' + messages[0]['role']) }}"
+    with pytest.raises(UsageError, match="chat template fails on the prompt .*: unknown role user"):
+        encode_messages(tok, messages)
+    tok.chat_template = "{% if %}"
+    with pytest.raises(UsageError, match="chat template fails on the prompt"):
+        encode_messages(tok, messages)
 
 
 @needs_data
@@ -299,6 +305,11 @@ def test_rpgrl_eval_cli_checks_names_and_out_before_loading_the_model(tmp_path, 
     assert main(["eval", "--model", model, "--data", amc, "--out", str(tmp_path / "file")]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot create the --out folder" in err and "\n" not in err
+    assert main(["eval", "--model", model, "--data", amc, "--out", str(tmp_path / "new")]) == 2
+    assert "model folder not found" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # created only once the model has loaded
+    assert main(["eval", "--model", model, "--data", amc, "--seed", str(2**64)]) == 2
+    assert "seed must be in [0, 2**63 - 1]" in capsys.readouterr().err
 
 
 def test_rpgrl_eval_on_a_saved_char_tokenizer_model(tmp_path, capsys):

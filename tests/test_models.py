@@ -104,6 +104,12 @@ def test_save_and_load_round_trip(tmp_path, builder):
     assert m3.dtype == torch.float64
 
 
+def test_a_config_json_that_is_not_an_object_is_one_line(saved_model):
+    (saved_model / "config.json").write_text("[1, 2]")
+    with pytest.raises(UsageError, match="cannot load the model in"):
+        load_model(saved_model)
+
+
 def test_load_model_errors_name_the_path(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(UsageError, match="nope"):

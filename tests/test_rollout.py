@@ -93,6 +93,13 @@ def test_top_p_filter_matches_loop():
             torch.testing.assert_close(g, want)
 
 
+def test_top_p_below_the_dtypes_resolution_keeps_the_top_token():
+    """top_p = 1e-300 is 0 in float32: the most probable token is still kept (was: nothing kept, 0/0 = NaN)."""
+    probs = torch.softmax(torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]]), -1)
+    got = top_p_filter(probs, 1e-300)
+    torch.testing.assert_close(got, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
 def test_make_rollout_layout(tok):
     eos, pad = tok.eos_token_id, tok.pad_token_id
     r = make_rollout(tok, [[2, 5], [2, 5, 6, 7]], [[8, eos, 9], [8, 9, 10]])  # row 0: token after EOS dropped

@@ -28,6 +28,13 @@ def test_other_policies(seed, vocab, length):
     assert verify.main(["--seed", str(seed), "--vocab", str(vocab), "--length", str(length)]) == 0
 
 
+@pytest.mark.parametrize("seed, needle", [(str(2**63), "seed must be in [0, 2**63 - 1]"), ("x", "not an integer")])
+def test_a_seed_out_of_range_is_one_line(capsys, seed, needle):
+    assert cli.main(["verify", "--seed", seed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
+
+
 def test_main_prints_the_table(capsys):
     assert cli.main(["verify"]) == 0
     out = capsys.readouterr().out

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import MAX_SEED, UsageError
 from rpgrl.fields import field_docs
 from rpgrl.options import Agg, Analogue, Branch, Divergence, Level, OptionError, RPGOptions, Style, rpg_field
 
@@ -506,6 +507,9 @@ def check(cfg: Config) -> Config:
                    ("eval.val_samples", e.val_samples),
                    ("optim.warmup_steps", o.warmup_steps)]:  # fmt: skip
         need(v >= 0, key, f"must be >= 0, got {v}")
+    need(0 <= t.seed <= MAX_SEED, "train.seed", f"must be in [0, 2**63 - 1], got {t.seed}")
+    cpus = os.cpu_count() or 1
+    need(t.threads <= 4 * cpus, "train.threads", f"must be <= 4 x the {cpus} CPUs of this machine, got {t.threads}")
     need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
     need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
     # one response per prompt: always all right or all wrong (filtered out), and no group baseline
@@ -513,7 +517,8 @@ def check(cfg: Config) -> Config:
     need(r.group_size >= 2 or g1_ok, "rollout.group_size", "must be >= 2: a group of one response has no baseline "
          "and the group filter drops it (only reinforce_pp advantages with group_filter off can use 1)")  # fmt: skip
     need(t.checkpoint_minutes >= 0, "train.checkpoint_minutes", f"must be >= 0 (0 = off), got {t.checkpoint_minutes}")
-    need(r.temperature > 0, "rollout.temperature", f"must be > 0, got {r.temperature}")
+    need(r.temperature >= 1e-8, "rollout.temperature",
+         f"must be >= 1e-8 (logits / temperature stay finite in float32), got {r.temperature}")  # fmt: skip
     need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
     need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")
     need(r.overlong_factor >= 0, "rollout.overlong_factor", "must be >= 0")
@@ -534,6 +539,7 @@ def check(cfg: Config) -> Config:
     need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
     need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")
     need(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 = off)")
+    need(o.eps >= 0, "optim.eps", f"must be >= 0, got {o.eps}")
     need(rf.kappa > 0, "ref.kappa", "must be > 0")
     need(0 < rf.ema <= 1, "ref.ema", "must be in (0, 1]")
     need(s.lr >= 0, "sft.lr", "must be >= 0")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,8 @@ def _parse_prompt(value: Any, where: str, key: str) -> str | Messages:
 def _parse_answer(value: Any, where: str, key: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise UsageError(f"{where}: {key!r} must be a string or a number, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):  # JSON NaN / 1e999, a parquet null as NaN
+        raise UsageError(f"{where}: {key!r} is {value}, not an answer")
     text = str(value)
     if not text.strip():
         raise UsageError(f"{where}: {key!r} is empty")

@@ -1,6 +1,8 @@
 """Errors a user can fix. The `rpgrl` command prints them as one line and exits with code 2."""
 
 import argparse
+import os
+from pathlib import Path
 
 
 class UsageError(ValueError):
@@ -11,6 +13,45 @@ def first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type name when it has none (for one-line errors)."""
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
+
+
+def dir_problem(path: Path) -> str | None:
+    """Why `path` cannot be, or be created as, a directory this process writes in; None if it can. Reads only."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return "it is a file, not a directory"
+    existing = path
+    while not existing.exists() and existing != existing.parent:  # nearest existing ancestor
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"it lies below {existing}, which is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"no permission to write in {existing}"
+    return None
+
+
+MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds
+
+
+def seed_arg(text: str) -> int:
+    """argparse `type` of a seed: an integer in [0, MAX_SEED]."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**63 - 1], got {text}")
+    return value
+
+
+def check_token_ids(prompts, vocab: int, what: str = "prompt") -> None:
+    """UsageError naming the first prompt (list of token ids) holding an id outside [0, vocab): a tokenizer larger
+    than the model's embedding, found before any work."""
+    for i, p in enumerate(prompts):
+        bad = next((t for t in p if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise UsageError(f"{what} {i} encodes to token id {bad}, outside the model's vocabulary of {vocab} "
+                             "(the tokenizer does not belong to this model)")  # fmt: skip
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -39,7 +39,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from rpgrl.data import Benchmark, Messages, Problem, load_benchmark, prompt_text
-from rpgrl.errors import ArgumentParser, UsageError
+from rpgrl.errors import ArgumentParser, UsageError, check_token_ids, dir_problem, first_line, seed_arg
 from rpgrl.rewards.math import (
     INVALID,
     MODES,
@@ -181,7 +181,13 @@ def encode_messages(tokenizer, messages: Messages, *, max_length: int | None = N
     """Prompt token ids: the chat template with the generation prompt when the tokenizer has one (spec 7.5), else
     the raw content with the tokenizer's own special tokens. Left-truncated to `max_length` as verl does."""
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        from jinja2 import TemplateError
+
+        try:
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except TemplateError as e:  # a template that raises on these messages, or does not parse
+            raise UsageError(f"the tokenizer's chat template fails on the prompt {str(messages)[:60]!r}: "
+                             f"{first_line(e)}") from None  # fmt: skip
         ids = encode_text(tokenizer, text, add_special_tokens=False)
     else:
         ids = encode_text(tokenizer, prompt_text(messages))
@@ -417,7 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES, default="equiv", help="answer check: strict = the paper's rule")
     p.add_argument("--limit-problems", type=int, default=None, help="first N problems of each benchmark")
     p.add_argument("--max-prompt-length", type=int, default=2048, help="left-truncate prompts to this many tokens")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--seed", type=seed_arg, default=0, help="sampling seed")
     return p
 
 
@@ -441,19 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # data and output-folder errors before the model is loaded and sampled from
     benches = _check_names([_as_benchmark(path, args.limit_problems) for path in args.data])
     out = None if args.out is None else Path(args.out)
-    if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot create the --out folder {out}: {e.strerror}") from None
+    problem = None if out is None else dir_problem(out)
+    if problem is not None:
+        raise UsageError(f"cannot create the --out folder {out}: {problem}")
 
     from rpgrl.models import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(args.model)  # every prompt must encode before the weights are loaded
-    for bench in benches:
-        for problem in bench.problems:
-            encode_messages(tokenizer, problem.prompt)
+    prompts = [encode_messages(tokenizer, problem.prompt) for bench in benches for problem in bench.problems]
     model, tokenizer = load_model(args.model)
+    check_token_ids(prompts, model.get_input_embeddings().num_embeddings, "benchmark prompt")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     sampler = model_sampler(
         model,
         tokenizer,

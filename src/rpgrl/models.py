@@ -165,7 +165,8 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     tokenizer = load_tokenizer(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype="auto" if dtype is None else dtype)
-    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # missing/corrupt files, unknown type
+    # missing/corrupt files, an unknown model_type, a config.json that is not a JSON object (TypeError/AttributeError)
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError, SafetensorError) as e:
         raise UsageError(f"cannot load the model in {path}: {first_line(e)}") from None
     return model.eval(), tokenizer
 

@@ -260,7 +260,9 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
         return probs
     sorted_p, order = probs.sort(-1, descending=True)
     mass_above = sorted_p.cumsum(-1) - sorted_p
-    sorted_p = sorted_p.masked_fill(mass_above >= top_p, 0.0)
+    drop = mass_above >= top_p
+    drop[..., 0] = False  # also when top_p rounds to 0 in the probabilities' dtype
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
     return kept / kept.sum(-1, keepdim=True)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rpgrl.errors import ArgumentParser, UsageError
+from rpgrl.errors import ArgumentParser, UsageError, seed_arg
 from rpgrl.objectives.divergences import DIVERGENCES
 from rpgrl.objectives.kl import grpo_kl_term
 from rpgrl.objectives.rpg import STYLES, rpg_loss
@@ -202,7 +202,7 @@ def format_rows(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="rpgrl verify", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random policies and rewards")
+    parser.add_argument("--seed", type=seed_arg, default=0, help="seed of the random policies and rewards")
     parser.add_argument("--vocab", type=int, default=3, help="vocabulary size, 2..6 (token 0 is EOS)")
     parser.add_argument("--length", type=int, default=3, help="maximum response length, 1..5")
     args = parser.parse_args(argv)

@@ -153,9 +153,19 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
     assert (runs[0] / "record.json").is_file() and len(list((out / "runs").iterdir())) == 3
 
 
-def test_cli_errors_are_one_line_exit_2(capsys):
+def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     assert rpgrl_main(["reproduce", "nonsense"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "unknown claim 'nonsense'" in err and "methods" in err
     assert rpgrl_main(["reproduce", "methods", "--seeds", "0"]) == 2
     assert rpgrl_main(["reproduce", "--bogus", "methods"]) == 2
+    (tmp_path / "f").write_text("")
+    o, below_file = str(tmp_path / "o"), str(tmp_path / "f" / "sub" / "r.md")
+    for argv, needle in [(["--out", str(tmp_path / "f")], "it is a file, not a directory"),
+                         (["--out", o, "--report", below_file], "lies below"),
+                         (["--out", o, "--report", str(tmp_path)], "a directory, not a file")]:  # fmt: skip
+        capsys.readouterr()
+        assert rpgrl_main(["reproduce", "methods", "--no-run", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and needle in err
+    assert not (tmp_path / "o").exists()

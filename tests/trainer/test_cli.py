@@ -253,3 +253,60 @@ def test_static_decode_on_an_unsupported_model_creates_nothing(capsys, tmp_path)
     err = _fail(capsys, argv)
     assert "rollout.decode static does not support this model (hidden_act 'gelu')" in err
     assert not out.exists()
+
+
+def test_resume_below_the_checkpoint_step_or_from_a_garbled_config_changes_nothing(capsys, finished_run, tmp_path):
+    import shutil
+
+    before = _snapshot(finished_run)
+    err = _fail(capsys, ["--out", str(finished_run), "--resume", "--max-steps", "1"])
+    assert "train.max_steps 1 is below the step of" in err and "(2): pass --max-steps 2 or more" in err
+    assert _snapshot(finished_run) == before
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    (run / "config.json").write_bytes(b"\xff\xfe{}")
+    before = _snapshot(run)
+    assert "config.json is not UTF-8 text (byte 0xff)" in _fail(capsys, ["--out", str(run), "--resume"])
+    assert _snapshot(run) == before
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused_before_any_work(capsys, tmp_path):
+    """Byte-tokenizer prompts hold ids up to 258; a model with 50 embeddings cannot read them (was a traceback at
+    the first sampling, with the run directory already written)."""
+    from rpgrl.models import build_byte_tokenizer, build_tiny_model
+
+    tok = build_byte_tokenizer()
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=4, kv_heads=2, ffn=64)
+    model.resize_token_embeddings(50)
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    capsys.readouterr()
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": "What is 1+1?", "answer": "2"}])
+    out = tmp_path / "run"
+    err = _fail(capsys, ["--model.path", str(tmp_path / "model"), "--data.train", data, "--data.reward", "math01",
+                         "--sft.max_steps", "0", "--out", str(out)])  # fmt: skip
+    assert "training prompt 0 encodes to token id" in err and "outside the model's vocabulary of 50" in err
+    assert not out.exists()
+
+
+def test_dynamic_sampling_that_gives_up_saves_the_run_and_says_how_to_go_on(capsys, tmp_path):
+    """'fill' with no mixed group within rollout.max_gen_batches (the task's answers are never produced): one line,
+    exit 2, and the run is kept at the last finished step so --resume continues it."""
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": f"{i}", "answer": "unreachable"} for i in range(8)])
+    out = tmp_path / "run"
+    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--rollout.group_filter"))]
+    err = _fail(capsys, [*args, "--data.train", data, "--data.reward", "math01", "--rollout.group_filter", "fill",
+                         "--rollout.max_gen_batches", "2", "--max-steps", "2", "--out", str(out)])  # fmt: skip
+    assert "only 0 of 4 prompt groups had mixed outcomes after 2 generation batches" in err
+    assert "the run is saved at step 0: continue with --resume" in err
+    assert (out / "checkpoints" / "step-000000").is_dir()
+
+
+def test_benchmarks_the_tokenizer_cannot_spell_are_refused_before_the_run_directory(capsys, tmp_path):
+    """The synthetic task's character tokenizer cannot spell AIME's prompts: found at setup (was at the first
+    evaluation, after the run directory was written)."""
+    bench = _jsonl(tmp_path / "bench.jsonl", [{"prompt": "What is $\\frac{1}{2}$?", "answer": "1/2"}])
+    out = tmp_path / "run"
+    err = _fail(capsys, [*TINY_ARGS, "--eval.benchmarks", bench, "--out", str(out)])
+    assert "cannot encode the prompt" in err
+    assert not out.exists()

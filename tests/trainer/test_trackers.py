@@ -181,3 +181,24 @@ def test_null_tracker_and_scalars():
     row = {"step": 3, "final": 1, "reward/mean": 0.5, "optim/steps": 8, "note": "x", "flag": True}
     assert trackers.scalars(row) == {"reward/mean": 0.5, "optim/steps": 8.0}
     assert isinstance(trackers.make_tracker("none", "unused", {}), trackers.NullTracker)
+
+
+def test_a_tracker_that_refuses_to_start_leaves_no_trace(tmp_path, monkeypatch):
+    """W&B without a login raises at `wandb.init`: one line, and whatever the call created is taken back (a fresh
+    run directory entirely; in an existing one, only the new entries)."""
+    wandb = pytest.importorskip("wandb")
+
+    def refuse(**kw):
+        (tmp_path / kw["dir"] / "wandb").mkdir()  # wandb writes its folder before it checks the login
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    with pytest.raises(UsageError, match="train.report_to wandb: No API key configured"):
+        trackers.make_tracker("tensorboard,wandb", tmp_path / "fresh", {})
+    assert not (tmp_path / "fresh").exists()
+    run = tmp_path / "resumed"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError):
+        trackers.make_tracker("wandb", run, {}, resume_step=1)
+    assert [p.name for p in run.iterdir()] == ["metrics.jsonl"]

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rpgrl.errors import ArgumentParser, UsageError
+from rpgrl.errors import ArgumentParser, UsageError, dir_problem
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm_start_config
 from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
@@ -41,6 +41,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise UsageError("--seeds and --jobs must be >= 1")
     a.out = a.out or Path("runs") / ("reproduce-quick" if a.quick else "reproduce")
     a.report = a.report or a.out / "results.md"
+    if a.report.is_dir():
+        raise UsageError(f"--report {a.report}: it is a directory, not a file")
+    for flag, folder in (("--out", a.out), ("--report", a.report.parent)):  # before any run or file is written
+        problem = dir_problem(folder)
+        if problem is not None:
+            raise UsageError(f"{flag} {folder}: {problem}")
     return a
 
 

@@ -85,6 +85,8 @@ def resolve_config(args: Args) -> tuple[Config, str]:
         saved = config_from_dict(json.loads(saved_file.read_text()))
     except json.JSONDecodeError as e:
         raise UsageError(f"--resume: {saved_file} is not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--resume: {saved_file} is not UTF-8 text (byte {e.object[e.start]:#04x})") from None
     cfg = apply_overrides(saved, args.overrides)
     if args.preset is not None:
         fresh = apply_overrides(get_preset(args.preset), args.overrides)

@@ -148,7 +148,15 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
     rl_begin = last_save = time.perf_counter()
     step, stopped = run.start_step, None
     for step in range(run.start_step + 1, cfg.train.max_steps + 1):
-        row = training_step(run, step)
+        try:
+            row = training_step(run, step)
+        except FillExhausted as e:  # nothing of this step was applied: keep the run up to the previous one
+            _save(run, step - 1)
+            progress.close()
+            metrics_file.close()
+            tracker.close()
+            raise UsageError(f"{e}; the run is saved at step {step - 1}: continue with --resume and a larger "
+                             "--rollout.max_gen_batches") from None  # fmt: skip
         metrics_file.write(row)
         tracker.log(row)
         progress.update(row)
@@ -177,6 +185,10 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
     progress.close()
     metrics_file.close()
     return step, stopped, time.perf_counter() - rl_begin
+
+
+class FillExhausted(RuntimeError):
+    """rollout.group_filter 'fill' found too few mixed groups within rollout.max_gen_batches generation batches."""
 
 
 def training_step(run: Run, step: int) -> dict[str, Any]:
@@ -403,7 +415,7 @@ def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator,
     n_gen = 0
     while r.group_filter != "fill" or n_kept < r.prompts_per_step:
         if n_gen == r.max_gen_batches:
-            raise RuntimeError(
+            raise FillExhausted(
                 f"dynamic sampling: only {n_kept} of {r.prompts_per_step} prompt groups had mixed outcomes after "
                 f"{n_gen} generation batches (rollout.max_gen_batches)"
             )

@@ -16,22 +16,16 @@ import signal
 import threading
 from pathlib import Path
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, dir_problem
 from rpgrl.trainer.checkpoint import latest_checkpoint
 
 
 def check_run_dir(out: Path, resume: bool) -> None:
     """UsageError (one line) when `out` cannot hold the run; reads only, so a refused command changes nothing."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory")
-    existing = out
-    while not existing.exists() and existing != existing.parent:  # nearest existing ancestor
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"--out {out} lies below {existing}, which is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: no permission to write in {existing}")
+    problem = dir_problem(out)
+    if problem is not None:
+        raise UsageError(f"--out {out}: {problem}")
     has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
     if resume:
         if not (out / "config.json").is_file():

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rpgrl.config import Config, LossConfig
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, check_token_ids
 from rpgrl.trainer.device import resolve_device
 
 
@@ -82,12 +82,7 @@ def build_model(cfg: Config):
     device = resolve_device(cfg.train.device)  # first: a missing GPU fails before anything is built
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m.dtype]
     if m.path == "tiny":
-        if cfg.synthetic:
-            from rpgrl.rewards.synthetic import CHARS
-
-            tokenizer = models.build_char_tokenizer(CHARS)
-        else:
-            tokenizer = models.build_byte_tokenizer()
+        tokenizer = build_tokenizer(cfg)
         model = models.build_tiny_model(
             tokenizer,
             hidden=m.hidden_size,
@@ -104,6 +99,33 @@ def build_model(cfg: Config):
         model, tokenizer = models.load_model(m.path, dtype=dtype)
     _check_decode(cfg, model)
     return model.to(device).eval(), tokenizer
+
+
+def build_tokenizer(cfg: Config):
+    """The run's tokenizer alone (cheap: the data is encoded and checked before any weights load)."""
+    from rpgrl import models
+
+    if cfg.model.path != "tiny":
+        return models.load_tokenizer(cfg.model.path)
+    if cfg.synthetic:
+        from rpgrl.rewards.synthetic import CHARS
+
+        return models.build_char_tokenizer(CHARS)
+    return models.build_byte_tokenizer()
+
+
+def model_vocab(cfg: Config, tokenizer) -> int | None:
+    """Rows of the model's input embedding, from its config.json (None when that does not load: `load_model` then
+    reports it); the tiny model has one per token of its tokenizer."""
+    if cfg.model.path == "tiny":
+        return len(tokenizer)
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(cfg.model.path)
+        return int(config.get_text_config().vocab_size)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _check_decode(cfg: Config, model) -> None:
@@ -248,6 +270,21 @@ def load_benchmarks(cfg: Config) -> list:
     return [load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()]
 
 
+def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, limit: int | None) -> None:
+    """Every benchmark prompt encodes (as `rpgrl.evaluation` will encode it) and every prompt the run will sample
+    from fits a vocabulary of `vocab` tokens (None: unknown, not checked): found now, not at the first step or
+    evaluation."""
+    from rpgrl.evaluation import encode_messages
+
+    bench_ids = {b.name: [encode_messages(tokenizer, p.prompt) for p in b.problems[:limit]] for b in benchmarks}
+    if vocab is None:
+        return
+    check_token_ids(task.train_prompts, vocab, "training prompt")
+    check_token_ids(task.val_prompts, vocab, "held-out prompt")
+    for name, ids in bench_ids.items():
+        check_token_ids(ids, vocab, f"{name} prompt")
+
+
 def _tracker(cfg: Config):
     if not cfg.eval.benchmarks:
         return None
@@ -317,16 +354,22 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     ckpt, saved, skipped = load_newest(out / "checkpoints") if resume else (None, None, [])
     if resume and ckpt is None:
         raise UsageError(f"--resume: no checkpoint in {out / 'checkpoints'} loads: {'; '.join(skipped)}")
+    if resume and saved["step"] > cfg.train.max_steps:
+        raise UsageError(f"--resume: train.max_steps {cfg.train.max_steps} is below the step of {ckpt} "
+                         f"({saved['step']}): pass --max-steps {saved['step']} or more")  # fmt: skip
     torch.set_num_threads(cfg.train.threads)
     reward_fn, adv_fn, loss_fn, loss_opts = resolve_components(cfg)
     _seed_everything(cfg.train.seed)
-    model, tokenizer = build_model(cfg)
-    task = load_task(cfg, tokenizer)
+    tokenizer = build_tokenizer(cfg)
+    task = load_task(cfg, tokenizer)  # every prompt is read and checked before the weights load
     if ckpt is None and cfg.sft.max_steps > 0 and task.train_problems is None:
         raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
+    benchmarks = load_benchmarks(cfg)
+    _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
+    model, tokenizer = build_model(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     run = Run(
-        cfg, out, model, tokenizer, task, load_benchmarks(cfg), params, make_optimizer(cfg, params),
+        cfg, out, model, tokenizer, task, benchmarks, params, make_optimizer(cfg, params),
         torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed),
         PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle), RunState(tracker=_tracker(cfg)),
         reward_fn, adv_fn, loss_fn, loss_opts, checkpoint=ckpt, skipped=skipped,

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, first_line
 
 REPORT_TO = ("none", "tensorboard", "wandb")
 _NOT_SCALARS = ("step", "final")
@@ -95,16 +96,19 @@ class WandbTracker:
         out = Path(out)
         id_file = out / "wandb_run_id"
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
-        id_file.write_text(run_id + "\n")
         self.resume_step = resume_step
-        self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "rpgrl"),
-            name=out.resolve().name,
-            id=run_id,
-            resume="allow",
-            dir=str(out),
-            config=config if resume_step is None else None,
-        )
+        try:
+            self.run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "rpgrl"),
+                name=out.resolve().name,
+                id=run_id,
+                resume="allow",
+                dir=str(out),
+                config=config if resume_step is None else None,
+            )
+        except wandb.errors.Error as e:  # no login, no network, a refused run id
+            raise UsageError(f"train.report_to wandb: {first_line(e)}") from None
+        id_file.write_text(run_id + "\n")
 
     def log(self, row: dict[str, Any]) -> None:
         step = int(row["step"])
@@ -147,10 +151,24 @@ def make_tracker(report_to: str, out: Path, config: dict[str, Any], resume_step:
 
     `config` is logged once, on a fresh run; `resume_step` is the checkpoint step a resumed run continues from."""
     check_installed(report_to)  # before anything in `out` is created
+    out = Path(out)
+    before = set(out.iterdir()) if out.is_dir() else None
     if parse_report_to(report_to):
-        Path(out).mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     kinds = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker}
-    trackers = [kinds[name](out, config, resume_step) for name in parse_report_to(report_to)]
+    trackers: list[Tracker] = []
+    try:
+        for name in parse_report_to(report_to):
+            trackers.append(kinds[name](out, config, resume_step))
+    except UsageError:  # a tracker refused to start: close the others and take back what this call created
+        for t in trackers:
+            t.close()
+        for p in [out] if before is None else set(out.iterdir()) - before:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        raise
     if not trackers:
         return NullTracker()
     return trackers[0] if len(trackers) == 1 else MultiTracker(trackers)
