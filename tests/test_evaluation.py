@@ -413,3 +413,25 @@ def test_pass_maj_plot_shows_the_metrics(tmp_path):
     image = imread(png)
     assert image.shape[:2] == (340, 840)  # two panels of 4.2 x 3.4 inches at 100 dpi
     assert image[..., :3].std() > 0.05  # something is drawn
+
+
+def test_rpgrl_eval_with_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
+    """A byte tokenizer (259 ids) next to a model of 50 embeddings: refused from config.json, before the weights
+    load (was a traceback at the first sampling); `--out` is not created."""
+    from rpgrl.cli import main
+    from rpgrl.models import build_byte_tokenizer, build_tiny_model, config_vocab
+
+    tok = build_byte_tokenizer()
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64)
+    model.resize_token_embeddings(50)
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    assert config_vocab(tmp_path / "model") == 50 and config_vocab(tmp_path / "none") is None
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "What is 1+1?", "answer": "2"}) + "\n")
+    capsys.readouterr()
+    argv = ["eval", "--model", str(tmp_path / "model"), "--data", str(data), "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "benchmark prompt 0 encodes to token id" in err and "vocabulary of 50" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -447,16 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # data and output-folder errors before the model is loaded and sampled from
     benches = _check_names([_as_benchmark(path, args.limit_problems) for path in args.data])
     out = None if args.out is None else Path(args.out)
-    problem = None if out is None else dir_problem(out)
-    if problem is not None:
-        raise UsageError(f"cannot create the --out folder {out}: {problem}")
+    why = None if out is None else dir_problem(out)
+    if why is not None:
+        raise UsageError(f"cannot create the --out folder {out}: {why}")
 
-    from rpgrl.models import load_model, load_tokenizer
+    from rpgrl.models import config_vocab, load_model, load_tokenizer
 
-    tokenizer = load_tokenizer(args.model)  # every prompt must encode before the weights are loaded
+    tokenizer = load_tokenizer(args.model)  # every prompt must encode, and fit the model, before the weights load
     prompts = [encode_messages(tokenizer, problem.prompt) for bench in benches for problem in bench.problems]
+    vocab = config_vocab(args.model)
+    if vocab is not None:
+        check_token_ids(prompts, vocab, "benchmark prompt")
     model, tokenizer = load_model(args.model)
-    check_token_ids(prompts, model.get_input_embeddings().num_embeddings, "benchmark prompt")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     sampler = model_sampler(

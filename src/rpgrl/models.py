@@ -171,6 +171,17 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     return model.eval(), tokenizer
 
 
+def config_vocab(path: str | Path) -> int | None:
+    """Rows of the input embedding of the model in folder `path`, read from its config.json alone (before the weights
+    load); None when that config does not load (`load_model` then names the problem)."""
+    from transformers import AutoConfig
+
+    try:
+        return int(AutoConfig.from_pretrained(path).get_text_config().vocab_size)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """The tokenizer of a local Hugging Face model folder (cheap: callers check prompts before loading weights).
     A missing folder or file, or a tokenizer file that does not parse, raises `UsageError`."""

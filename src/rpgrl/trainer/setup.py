@@ -117,15 +117,9 @@ def build_tokenizer(cfg: Config):
 def model_vocab(cfg: Config, tokenizer) -> int | None:
     """Rows of the model's input embedding, from its config.json (None when that does not load: `load_model` then
     reports it); the tiny model has one per token of its tokenizer."""
-    if cfg.model.path == "tiny":
-        return len(tokenizer)
-    from transformers import AutoConfig
+    from rpgrl.models import config_vocab
 
-    try:
-        config = AutoConfig.from_pretrained(cfg.model.path)
-        return int(config.get_text_config().vocab_size)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    return len(tokenizer) if cfg.model.path == "tiny" else config_vocab(cfg.model.path)
 
 
 def _check_decode(cfg: Config, model) -> None:
