@@ -4,8 +4,10 @@ Run (heavy: take the shared lock):  flock /tmp/rpgrl-heavy.lock .venv/bin/python
 Writes benchmarks/results/roofline.json and roofline.md.
 
 In one process, 2 torch threads:
-  1. `gemm_gflops`: the float32 GEMM rate (torch.mm, best of several repetitions) at a large square shape, and at
-     the shapes the 31M model's decode and update multiply (recorded under `gemm_shapes`).
+  1. `gemm_gflops`: the float32 GEMM rate (torch.mm, best of several repetitions) at a large square shape, measured
+     at the start and again after each configuration, the best of them (`gemm_gflops_samples`: a shared machine
+     drifts, and its limit is the best it showed), and at the shapes the 31M model's decode and update multiply
+     (recorded under `gemm_shapes`).
   2. Per configuration (`sizes`): the 0.8M and 31M models of bench_trl at its step shape (4 prompts x G=8 x 16 new
      tokens), and the default's step shape (the tiny default model, 32 prompts x G=8 x 48 tokens, one mini-batch of
      4 prompts for the update). FLOPs are counted from the model config and the token counts: every linear layer,
@@ -346,7 +348,7 @@ def main() -> None:
         "update mlp 1024x512x1536": (1024, inter, h),
     }
     gemm = {k: gemm_gflops(*v) for k, v in shapes.items()}
-    peak = gemm["square 2048"]
+    samples = [gemm["square 2048"]]  # and again after each configuration: the limit is the best of them
     print(f"GEMM: {json.dumps({k: round(v, 1) for k, v in gemm.items()})}", flush=True)
 
     d = get_preset("default")
@@ -363,7 +365,11 @@ def main() -> None:
             d.train.mini_batch_prompts,
         ),  # fmt: skip
     }
-    sizes = {name: measure(name, *c, reps=a.reps) for name, c in configs.items()}
+    sizes = {}
+    for name, c in configs.items():
+        sizes[name] = measure(name, *c, reps=a.reps)
+        samples.append(gemm_gflops(*shapes["square 2048"]))
+    peak = max(samples)
     for s in sizes.values():
         for phase in ("generation", "generation_transformers", "update"):
             s[phase]["fraction_of_peak"] = s[phase]["gflops"] / peak
@@ -382,7 +388,8 @@ def main() -> None:
     info = {
         "commit": _commit(),
         "versions": versions(), "hardware": hardware() | {"torch_threads": THREADS},
-        "gemm_gflops": peak, "gemm_shapes": gemm, "sizes": sizes, "decode_profile": decode, "scaling": scaling,
+        "gemm_gflops": peak, "gemm_gflops_samples": samples, "gemm_shapes": gemm, "sizes": sizes,
+        "decode_profile": decode, "scaling": scaling,
         "logprob_memory": memory,
         "seconds": time.perf_counter() - t0,
     }  # fmt: skip
@@ -437,8 +444,11 @@ def markdown(info: dict) -> str:
         f"{hw['cpu']}, {hw['torch_threads']} threads of {hw['logical_cpus']} logical CPUs. "
         "Written by `benchmarks/bench_roofline.py` (its docstring says what is counted).",
         "",
-        f"Measured GEMM rate (torch.mm, float32, 2048^3): **{info['gemm_gflops']:.1f} GFLOP/s**; at the 31M model's "
-        "shapes: " + ", ".join(f"{k} {g:.1f}" for k, g in info["gemm_shapes"].items() if k != "square 2048") + ".",
+        f"Measured GEMM rate (torch.mm, float32, 2048^3, the best of "
+        f"{', '.join(f'{g:.0f}' for g in info['gemm_gflops_samples'])} measured before and after each "
+        f"configuration): **{info['gemm_gflops']:.1f} GFLOP/s**; at the 31M model's shapes: "
+        + ", ".join(f"{k} {g:.1f}" for k, g in info["gemm_shapes"].items() if k != "square 2048")
+        + ".",
         "",
         "| config | params | step shape | phase | tokens/s | GFLOP/s | fraction of GEMM rate |",
         "|---|---:|---|---|---:|---:|---:|",
