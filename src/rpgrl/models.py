@@ -171,15 +171,24 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     return model.eval(), tokenizer
 
 
-def config_vocab(path: str | Path) -> int | None:
-    """Rows of the input embedding of the model in folder `path`, read from its config.json alone (before the weights
-    load); None when that config does not load (`load_model` then names the problem)."""
+def read_config(path: str | Path):
+    """The `PretrainedConfig` of the model folder `path` from its config.json alone (before the weights load); None
+    when it does not load (`load_model` then names the problem)."""
     from transformers import AutoConfig
 
     try:
-        return int(AutoConfig.from_pretrained(path).get_text_config().vocab_size)
+        return AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def config_vocab(config) -> int | None:
+    """Rows of the input embedding a model declares: `config` is its folder, or its config from `read_config`; None
+    if unknown (no config.json that loads, or no vocab_size)."""
+    if isinstance(config, (str, Path)):
+        config = read_config(config)
+    vocab = None if config is None else getattr(config.get_text_config(), "vocab_size", None)
+    return None if vocab is None else int(vocab)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

@@ -95,7 +95,6 @@ def build_model(cfg: Config):
             seed=cfg.train.seed,
         ).to(dtype)
     else:
-        _check_decode(cfg, m.path)  # from config.json alone, before the weights load
         model, tokenizer = models.load_model(m.path, dtype=dtype)
     _check_decode(cfg, model)
     return model.to(device).eval(), tokenizer
@@ -115,27 +114,25 @@ def build_tokenizer(cfg: Config):
 
 
 def model_vocab(cfg: Config, tokenizer) -> int | None:
-    """Rows of the model's input embedding, from its config.json (None when that does not load: `load_model` then
-    reports it); the tiny model has one per token of its tokenizer."""
-    from rpgrl.models import config_vocab
+    """Rows of the model's input embedding (the tiny model: one per token of its tokenizer), read with the checks
+    config.json alone allows, before the weights load (`_check_decode`); None when it does not load (`load_model`
+    then reports it)."""
+    from rpgrl.models import config_vocab, read_config
 
-    return len(tokenizer) if cfg.model.path == "tiny" else config_vocab(cfg.model.path)
+    if cfg.model.path == "tiny":
+        return len(tokenizer)
+    config = read_config(cfg.model.path)
+    if config is not None:
+        _check_decode(cfg, config)
+    return config_vocab(config)
 
 
 def _check_decode(cfg: Config, model) -> None:
-    """rollout.decode 'static' on a model `rpgrl.decode` does not compute exactly: one line, before any work.
-    `model`: the model, or its folder (its config.json is read; one that does not load is left to `load_model`)."""
+    """rollout.decode 'static' on a model (or its config) `rpgrl.decode` does not compute exactly: one line."""
     from rpgrl.decode import supported
 
     if cfg.rollout.decode != "static":
         return
-    if isinstance(model, str):
-        from transformers import AutoConfig
-
-        try:
-            model = AutoConfig.from_pretrained(model)
-        except (OSError, ValueError, KeyError):
-            return
     reason = supported(model)
     if reason is not None:
         raise UsageError(f"rollout.decode static does not support this model ({reason}); use auto or transformers")
