@@ -125,6 +125,11 @@ def test_derived_values_are_properties():
         ([("train.seed", str(2**63))], "train.seed must be in [0, 2**63 - 1]"),  # torch's generators: 64 bits
         ([("train.seed", "-1")], "train.seed must be in [0, 2**63 - 1]"),
         ([("train.threads", "100000")], "train.threads must be <= 4 x the"),  # crashed the process
+        # set where the run ignores them: refused rather than silently dropped
+        ([("loss.kl", "k3")], "loss.kl applies to the PPO-family losses"),
+        ([("data.val", "val.jsonl")], "data.val applies to file datasets"),
+        ([("rollout.gen_prompts", "64")], "rollout.gen_prompts applies to rollout.group_filter fill only"),
+        ([("eval.benchmarks", " , ")], "eval.benchmarks names no file"),
     ],
 )
 def test_check_rejects_unusable_values(overrides, needle):

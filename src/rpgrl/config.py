@@ -551,4 +551,22 @@ def check(cfg: Config) -> Config:
     from rpgrl.trainer.trackers import parse_report_to  # standard library only (and rpgrl.errors)
 
     parse_report_to(t.report_to)
+    _check_unused(cfg)
     return cfg
+
+
+def _check_unused(cfg: Config) -> None:
+    """Raise UsageError for an option set where the run would ignore it (a user who sets it expects an effect)."""
+    lo, r, e = cfg.loss, cfg.rollout, cfg.eval
+    if lo.kl is not None and lo.name == "rpg":
+        raise UsageError(f"loss.kl applies to the PPO-family losses (ppo, grpo, dapo, reinforce_pp), not rpg, whose "
+                         f"KL term is loss.divergence x loss.beta: drop loss.kl (got {lo.kl!r})")  # fmt: skip
+    if cfg.data.val is not None and cfg.synthetic:
+        raise UsageError(f"data.val applies to file datasets; the synthetic task generates its own held-out set "
+                         f"(data.num_val): drop data.val (got {cfg.data.val!r})")  # fmt: skip
+    if r.gen_prompts is not None and r.group_filter != "fill":
+        raise UsageError(f"rollout.gen_prompts applies to rollout.group_filter fill only, not {r.group_filter!r} "
+                         f"(got {r.gen_prompts})")  # fmt: skip
+    if e.benchmarks and not any(p.strip() for p in e.benchmarks.split(",")):
+        raise UsageError(f"eval.benchmarks names no file (got {e.benchmarks!r}): give comma-separated parquet or "
+                         "JSONL paths, or none")  # fmt: skip
