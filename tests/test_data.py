@@ -166,6 +166,9 @@ def test_malformed_rows_name_the_row(tmp_path):
         ([{"prompt": [{"role": "user"}], "answer": "1"}], "line 1: 'prompt' must be a string or a list of"),
         ([{"prompt": 7, "answer": "1"}], "line 1: 'prompt' must be a non-empty string or a non-empty list"),
         ([{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": "2"}], "rows 1 and 2 have the same prompt"),
+        # json.loads raises ValueError / RecursionError, not JSONDecodeError, for these
+        (['{"prompt": "ok", "answer": ' + "9" * 5000 + "}"], "line 1: JSON this reader cannot take .*4300 digits"),
+        (["[" * 100_000 + "]" * 100_000], "line 1: JSON this reader cannot take .nested too deeply"),
     ]
     for i, (rows, match) in enumerate(cases):
         one_line_error(load_examples, write_jsonl(tmp_path / f"m{i}.jsonl", rows), match=match)

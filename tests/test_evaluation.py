@@ -331,6 +331,20 @@ def test_rpgrl_eval_on_a_saved_char_tokenizer_model(tmp_path, capsys):
     assert main([*argv, "--data", str(data)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot encode the prompt 'What is 1+1?'" in err and "'Whati?'" in err
+    # a generation the machine cannot hold is refused once the model has loaded, before --out is created
+    data.write_text(json.dumps({"prompt": "Q:1+2\n", "answer": "3"}) + "\n")
+    big = [*argv[:4], str(10**11), *argv[5:], "--data", str(data), "--out", str(tmp_path / "out")]
+    assert main(big) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "generating 100000000000 rows of" in err and "lower --max-new-tokens, --k" in err
+    assert not (tmp_path / "out").exists()
+    # weights that do not fill the model config.json describes
+    cfg = json.loads((tmp_path / "model" / "config.json").read_text())
+    cfg.pop("layer_types", None)
+    (tmp_path / "model" / "config.json").write_text(json.dumps(cfg | {"num_hidden_layers": 2}))
+    assert main([*argv, "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "do not match its config.json: 12 missing" in err
 
 
 @pytest.mark.parametrize(

@@ -143,14 +143,27 @@ def _unknown_model_type(d):
     (d / "config.json").write_text(json.dumps(cfg | {"model_type": "nosuchmodel"}))
 
 
+def _more_layers(d):  # 12 tensors per Qwen2 layer (q|k|v weights and biases, o, gate|up|down, 2 norms) left random
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("layer_types", None)
+    (d / "config.json").write_text(json.dumps(cfg | {"num_hidden_layers": 2}))
+
+
+def _wider_ffn(d):
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | {"intermediate_size": 96}))
+
+
 @pytest.mark.parametrize(
     "damage, match",
     [
         (_break_tokenizer_config, "cannot load the tokenizer of .*tokenizer_config.json is not a JSON object"),
         (_truncate_weights, "cannot load the model in .*deserializing header"),
         (_unknown_model_type, "cannot load the model in .*model type `nosuchmodel`"),
+        (_more_layers, "do not match its config.json: 12 missing .e.g. model.layers.1"),
+        (_wider_ffn, "do not match its config.json: tensor shapes differ"),
     ],
-    ids=["tokenizer-config", "truncated-weights", "model-type"],
+    ids=["tokenizer-config", "truncated-weights", "model-type", "more-layers", "wider-ffn"],
 )
 def test_broken_model_folders_are_one_line(saved_model, damage, match):
     damage(saved_model)

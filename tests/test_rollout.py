@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from rpgrl.models import build_char_tokenizer, build_tiny_model
+from rpgrl.errors import UsageError
 from rpgrl.rollout import (
     Rollout,
     cat_rollouts,
+    kv_cache_bytes,
     make_rollout,
     position_ids,
     prompt_runs,
@@ -370,3 +372,21 @@ def test_cat_rollouts_renumbers_groups(tok):
     assert c.prompt_len == 3 and c.response_mask.shape == (3, 3)
     assert c.input_ids[0].tolist() == [0, 2, 5, 6, 1, 0]
     assert c.attention_mask[0].tolist() == [0, 1, 1, 1, 1, 0]
+
+
+def test_kv_cache_bytes_is_what_the_models_cache_holds(model, tok):
+    from transformers import DynamicCache
+
+    prompts = encode(tok, PROMPTS[:3])
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert kv_cache_bytes(model, rows=3, length=width) == held
+
+
+def test_sample_refuses_a_generation_larger_than_memory(model, tok):
+    with pytest.raises(UsageError, match=r"generating 1000000000 rows of \d+ positions needs a .* GiB KV cache"):
+        sample(model, tok, encode(tok, PROMPTS[:1]), n=10**9, max_new_tokens=4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, one_line
 
 # subcommand -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(getattr(importlib.import_module(module), func)(rest) or 0)
     except (UsageError, FileNotFoundError) as e:
-        print(f"rpgrl {name}: error: {e}", file=sys.stderr)
+        print(f"rpgrl {name}: error: {one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -132,6 +132,9 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UsageError(f"{p}: line {lineno}: invalid JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:  # an integer over 4300 digits, nesting deeper than Python's stack
+                why = "nested too deeply" if isinstance(e, RecursionError) else first_line(e)
+                raise UsageError(f"{p}: line {lineno}: JSON this reader cannot take ({why})") from None
             if not isinstance(row, dict):
                 raise UsageError(f"{p}: line {lineno}: expected a JSON object, got {type(row).__name__}")
             rows.append({**row, "__line__": lineno})

@@ -9,6 +9,11 @@ class UsageError(ValueError):
     """Bad user input: an unknown config key, a wrong type, a missing file or column, a malformed row."""
 
 
+def one_line(e: BaseException) -> str:
+    """The message of a user error as one line of stderr: line breaks inside it (e.g. from a path) escaped."""
+    return str(e).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type name when it has none (for one-line errors)."""
     lines = str(e).strip().splitlines()

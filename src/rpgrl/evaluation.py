@@ -452,6 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"cannot create the --out folder {out}: {why}")
 
     from rpgrl.models import config_vocab, load_model, load_tokenizer
+    from rpgrl.rollout import check_kv_cache
 
     tokenizer = load_tokenizer(args.model)  # every prompt must encode, and fit the model, before the weights load
     prompts = [encode_messages(tokenizer, problem.prompt) for bench in benches for problem in bench.problems]
@@ -459,6 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if vocab is not None:
         check_token_ids(prompts, vocab, "benchmark prompt")
     model, tokenizer = load_model(args.model)
+    longest = min(max(map(len, prompts)), args.max_prompt_length)  # prompts are left-truncated to it
+    check_kv_cache(model, min(args.batch_size, max(len(b.problems) for b in benches)) * args.k,
+                   longest + args.max_new_tokens, "lower --max-new-tokens, --k or --batch-size")  # fmt: skip
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     sampler = model_sampler(

@@ -161,14 +161,40 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
+    from transformers.utils import logging as hf_logging
+
     path = Path(path)
     tokenizer = load_tokenizer(path)
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # its load report of missing/unexpected weights: we refuse those in one line
+    hf_logging.disable_progress_bar()  # a load that fails prints nothing but its one line
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto" if dtype is None else dtype)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, dtype="auto" if dtype is None else dtype, output_loading_info=True
+        )
     # missing/corrupt files, an unknown model_type, a config.json that is not a JSON object (TypeError/AttributeError)
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError, SafetensorError) as e:
+        if "ignore_mismatched_sizes" in str(e):  # its "see the report above": the report is silenced
+            raise UsageError(f"the weights in {path} do not match its config.json: tensor shapes differ") from None
         raise UsageError(f"cannot load the model in {path}: {first_line(e)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    _check_weights_match(path, info)
     return model.eval(), tokenizer
+
+
+def _check_weights_match(path: Path, info: dict) -> None:
+    """UsageError when the weights do not fill the model config.json describes (transformers would initialise the
+    missing ones at random and drop the unexpected ones): e.g. num_hidden_layers edited, or another model's files."""
+    problems = []
+    for key, what in (("missing_keys", "missing"), ("unexpected_keys", "unexpected"), ("mismatched_keys", "mismatched")):
+        names = sorted(str(k) for k in info.get(key) or ())
+        if names:
+            problems.append(f"{len(names)} {what} (e.g. {names[0]})")
+    if problems:
+        raise UsageError(f"the weights in {path} do not match its config.json: {', '.join(problems)}")
 
 
 def read_config(path: str | Path):

@@ -17,6 +17,7 @@ Left out: vLLM or any other engine, stop strings, repetition penalties, top-k.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from rpgrl.decode import StaticDecoder, supported
+from rpgrl.errors import UsageError
 
 
 @dataclass
@@ -267,6 +269,32 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
+def kv_cache_bytes(model, rows: int, length: int) -> int:
+    """Bytes of the KV cache that generating `rows` sequences of `length` positions (prompt + new tokens) holds:
+    keys and values of every layer, KV head and head dimension, in the model's dtype."""
+    cfg = model.config.get_text_config()
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    nkv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    itemsize = next(model.parameters()).element_size()
+    return rows * length * cfg.num_hidden_layers * 2 * nkv * hd * itemsize
+
+
+def check_kv_cache(model, rows: int, length: int, hint: str = "fewer rows per chunk or fewer new tokens") -> None:
+    """UsageError when the KV cache of `rows` x `length` positions exceeds the memory of the model's device (all
+    of it: CPU RAM, or the GPU's), so that a run asks for a smaller generation instead of dying out of memory."""
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        have = torch.cuda.get_device_properties(device).total_memory
+    else:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = kv_cache_bytes(model, rows, length)
+    if need > have:
+        raise UsageError(
+            f"generating {rows} rows of {length} positions needs a {need / 2**30:.3g} GiB KV cache, more than the "
+            f"{have / 2**30:.3g} GiB of this {device.type}: {hint}"
+        )
+
+
 def sample(
     model,
     tokenizer,
@@ -315,10 +343,11 @@ def sample(
         raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"sample: batch_size must be >= 1, got {batch_size}")
+    step = batch_size or len(prompts)
+    check_kv_cache(model, min(step, len(prompts)) * n, max(map(len, prompts)) + max_new_tokens)
     decode = _decode_path(model, decode)
     eos = _eos_ids(model, tokenizer, eos_token_ids)
     pad = _pad_id(tokenizer, eos)
-    step = batch_size or len(prompts)
     starts = range(0, len(prompts), step)
     if progress:
         from tqdm.auto import tqdm

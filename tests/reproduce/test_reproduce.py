@@ -169,3 +169,10 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and needle in err
     assert not (tmp_path / "o").exists()
+    # --no-run on a directory with no cached run (a mistyped --out) keeps an existing report as it is
+    (tmp_path / "kept.md").write_text("# a report\n")
+    assert rpgrl_main(["reproduce", "all", "--no-run", "--out", o, "--report", str(tmp_path / "kept.md")]) == 2
+    assert "no finished run of these claims is cached under" in capsys.readouterr().err
+    assert (tmp_path / "kept.md").read_text() == "# a report\n" and not (tmp_path / "o").exists()
+    assert rpgrl_main(["reproduce", "methods", "--no-run", "--seeds", str(10**11)]) == 2
+    assert "--seeds must be <= 1000" in capsys.readouterr().err

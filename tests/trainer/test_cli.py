@@ -54,6 +54,11 @@ def _jsonl(path, rows):
         (["grpo2"], "unknown preset 'grpo2'"),
         (["grpo"], "model.path is not set"),
         (["default", "extra"], "unexpected argument 'extra'"),
+        # generation that cannot fit the machine: refused before the run directory, not out of memory mid-run
+        (["--rollout.max_new_tokens", str(10**12)], "rows of 1000000000011 positions needs a"),
+        (["--rollout.group_size", str(10**9)], "generating 1000000000 rows of"),
+        # a line break inside the message (here a path's) stays on the one line
+        (["--data.train", "/no\nsuch.jsonl", "--sft.max_steps", "0"], "/no\\nsuch.jsonl"),
     ],
 )
 def test_bad_input_fresh_run_creates_nothing(capsys, tmp_path, argv, needle):

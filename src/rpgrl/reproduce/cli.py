@@ -21,6 +21,9 @@ from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
 
 
+MAX_SEEDS = 1000
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = ArgumentParser(prog="rpgrl reproduce", description=__doc__.splitlines()[0])
     ap.add_argument("claims", nargs="+", metavar="CLAIM", help=f"all, or some of: {', '.join(CLAIMS)}")
@@ -39,6 +42,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a.seeds = a.seeds if a.seeds is not None else (2 if a.quick else 5)
     if a.seeds < 1 or a.jobs < 1:
         raise UsageError("--seeds and --jobs must be >= 1")
+    if a.seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds must be <= {MAX_SEEDS} (every seed is a run per arm), got {a.seeds}")
     a.out = a.out or Path("runs") / ("reproduce-quick" if a.quick else "reproduce")
     a.report = a.report or a.out / "results.md"
     if a.report.is_dir():
@@ -83,6 +88,9 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         rec = cached_record(run_dir(out, job))
         if rec is not None:
             runs.setdefault(name, {}).setdefault(arm, {})[job.seed] = rec
+    if not run and not runs:  # a mistyped --out would otherwise overwrite a report with an empty one
+        raise UsageError(f"--no-run: no finished run of these claims is cached under {out}; check --out, or run "
+                         "without --no-run")  # fmt: skip
     results = {
         "header": _header(scale, seeds, jobs, runs),
         "claims": {n: claim_result(CLAIMS[n], runs.get(n, {}), base, seeds) for n in claims},

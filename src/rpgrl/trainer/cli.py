@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from rpgrl.config import Config, apply_overrides, check, config_from_dict, help_text
-from rpgrl.errors import UsageError
+from rpgrl.errors import UsageError, one_line
 from rpgrl.presets import PRESETS, get_preset, preset_table
 from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         with StopSignals() as stop:
             train(cfg, out, resume=args.resume, stop=stop)
     except UsageError as e:
-        print(f"rpgrl train: error: {e}", file=sys.stderr)
+        print(f"rpgrl train: error: {one_line(e)}", file=sys.stderr)
         return 2
     except Interrupted as e:
         print(f"rpgrl train: {e}", file=sys.stderr)

@@ -261,19 +261,18 @@ def load_benchmarks(cfg: Config) -> list:
     return [load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()]
 
 
-def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, limit: int | None) -> None:
+def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, limit: int | None) -> int:
     """Every benchmark prompt encodes (as `rpgrl.evaluation` will encode it) and every prompt the run will sample
     from fits a vocabulary of `vocab` tokens (None: unknown, not checked): found now, not at the first step or
-    evaluation."""
+    evaluation. Returns the length of the longest prompt (tokens)."""
     from rpgrl.evaluation import encode_messages
 
     bench_ids = {b.name: [encode_messages(tokenizer, p.prompt) for p in b.problems[:limit]] for b in benchmarks}
-    if vocab is None:
-        return
-    check_token_ids(task.train_prompts, vocab, "training prompt")
-    check_token_ids(task.val_prompts, vocab, "held-out prompt")
-    for name, ids in bench_ids.items():
-        check_token_ids(ids, vocab, f"{name} prompt")
+    every = [task.train_prompts, task.val_prompts, *bench_ids.values()]
+    if vocab is not None:
+        for name, ids in zip(["training", "held-out", *bench_ids], every, strict=True):
+            check_token_ids(ids, vocab, f"{name} prompt")
+    return max((len(p) for ids in every for p in ids), default=0)
 
 
 def _tracker(cfg: Config):
@@ -330,6 +329,18 @@ class Run:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
+def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
+    """The largest generation chunk the run will sample (training groups; held-out and benchmark evaluation, at
+    most rollout.gen_batch_size rows unless one group is larger) must fit the device's memory: refused here, before
+    the run directory is written, not out of memory mid-run."""
+    from rpgrl.rollout import check_kv_cache
+
+    r = cfg.rollout
+    rows = max(r.gen_batch_size, r.group_size, cfg.eval.samples if cfg.eval.benchmarks else 1)
+    check_kv_cache(model, rows, longest_prompt + r.max_new_tokens,
+                   "lower rollout.max_new_tokens, rollout.group_size or rollout.gen_batch_size")  # fmt: skip
+
+
 def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     """Resolve names, build the model, load the data and, when resuming, restore the newest checkpoint that loads.
     Reads only: every user-fixable problem raises UsageError before anything in `out` is created or changed."""
@@ -356,8 +367,9 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     if ckpt is None and cfg.sft.max_steps > 0 and task.train_problems is None:
         raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
     benchmarks = load_benchmarks(cfg)
-    _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
+    longest = _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
     model, tokenizer = build_model(cfg)
+    _check_generation_memory(cfg, model, longest)
     params = [p for p in model.parameters() if p.requires_grad]
     run = Run(
         cfg, out, model, tokenizer, task, benchmarks, params, make_optimizer(cfg, params),
