@@ -165,6 +165,8 @@ def test_malformed_rows_name_the_row(tmp_path):
         (['{"prompt": "ok", "answer": 1e999}'], "line 1: 'answer' is inf, not an answer"),
         ([{"prompt": [{"role": "user"}], "answer": "1"}], "line 1: 'prompt' must be a string or a list of"),
         ([{"prompt": 7, "answer": "1"}], "line 1: 'prompt' must be a non-empty string or a non-empty list"),
+        ([{"prompt": [{"role": "user", "content": " "}], "answer": "1"}], "line 1: 'prompt' has only empty messages"),
+        ([{"prompt": [{"role": "", "content": "2+2"}], "answer": "4"}], "line 1: 'prompt' has a message with an empty"),
         ([{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": "2"}], "rows 1 and 2 have the same prompt"),
         # json.loads raises ValueError / RecursionError, not JSONDecodeError, for these
         (['{"prompt": "ok", "answer": ' + "9" * 5000 + "}"], "line 1: JSON this reader cannot take .*4300 digits"),

@@ -184,7 +184,11 @@ def _parse_prompt(value: Any, where: str, key: str) -> str | Messages:
         for m in value:
             if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
                 raise UsageError(f"{where}: {key!r} must be a string or a list of {{role, content}} string messages")
+            if not m["role"].strip():
+                raise UsageError(f"{where}: {key!r} has a message with an empty role")
             messages.append({"role": m["role"], "content": m["content"]})
+        if not any(m["content"].strip() for m in messages):
+            raise UsageError(f"{where}: {key!r} has only empty messages")
         return messages
     raise UsageError(f"{where}: {key!r} must be a non-empty string or a non-empty list of chat messages")
 
