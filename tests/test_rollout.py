@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.errors import UsageError
+from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.rollout import (
     Rollout,
     cat_rollouts,

@@ -160,7 +160,6 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
     """
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
-
     from transformers.utils import logging as hf_logging
 
     path = Path(path)
@@ -189,7 +188,11 @@ def _check_weights_match(path: Path, info: dict) -> None:
     """UsageError when the weights do not fill the model config.json describes (transformers would initialise the
     missing ones at random and drop the unexpected ones): e.g. num_hidden_layers edited, or another model's files."""
     problems = []
-    for key, what in (("missing_keys", "missing"), ("unexpected_keys", "unexpected"), ("mismatched_keys", "mismatched")):
+    for key, what in (
+        ("missing_keys", "missing"),
+        ("unexpected_keys", "unexpected"),
+        ("mismatched_keys", "mismatched"),
+    ):
         names = sorted(str(k) for k in info.get(key) or ())
         if names:
             problems.append(f"{len(names)} {what} (e.g. {names[0]})")

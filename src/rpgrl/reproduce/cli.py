@@ -20,7 +20,6 @@ from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm
 from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
 
-
 MAX_SEEDS = 1000
 
 
