@@ -29,6 +29,16 @@ def llama(tok, dtype=torch.float32):
     return LlamaForCausalLM(cfg).to(dtype).eval()
 
 
+def _random_norms(model):
+    """Norm weights away from their initial ones, so that folding them into the products is exercised."""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(torch.rand(p.shape, generator=g, dtype=torch.float64) + 0.5)
+    return model
+
+
 def models(tok, dtype=torch.float32):
     yield "qwen2", build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=2, ffn=96, seed=1).to(dtype)
     yield (
@@ -36,6 +46,12 @@ def models(tok, dtype=torch.float32):
         build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=3, ffn=96, arch="qwen3", seed=2).to(dtype),
     )
     yield "llama", llama(tok, dtype)
+    yield (
+        "qwen3-norms",
+        _random_norms(
+            build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=3, ffn=96, arch="qwen3", seed=6).to(dtype)
+        ),
+    )
 
 
 PROMPTS = [[2, 4, 5, 13], [2, 6, 13], [2, 7, 8, 9, 13, 4, 5]]
@@ -49,7 +65,7 @@ def _padded(seqs):
     return ids, mask
 
 
-@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama"])
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])
 def test_step_logits_equal_a_full_forward(tok, name):
     """Prefill the prompts, feed 6 more tokens one at a time through the static cache, and compare each step's
     logits with the model's forward over the whole left-padded sequence (float64: agreement to ~1e-12)."""
@@ -76,7 +92,7 @@ def test_step_logits_equal_a_full_forward(tok, name):
             torch.testing.assert_close(got, ref[:, P + t], rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama"])
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])
 @pytest.mark.parametrize("mode", [dict(), dict(top_p=0.7, temperature=0.8), dict(greedy=True)])
 def test_sampling_matches_the_transformers_path(tok, name, mode):
     model = dict(models(tok))[name]

@@ -11,6 +11,7 @@ from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.rollout import (
     Rollout,
     cat_rollouts,
+    categorical,
     kv_cache_bytes,
     make_rollout,
     position_ids,
@@ -100,6 +101,31 @@ def test_top_p_below_the_dtypes_resolution_keeps_the_top_token():
     probs = torch.softmax(torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]]), -1)
     got = top_p_filter(probs, 1e-300)
     torch.testing.assert_close(got, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_categorical_draws_what_multinomial_draws(dtype):
+    """Same generator state, same draws as torch.multinomial(probs, 1), also with zeros (a nucleus), one-hot rows
+    and a row left with a single token; and the generator ends in the same state."""
+    torch.manual_seed(1)
+    probs = torch.softmax(3 * torch.randn(64, 11, dtype=dtype), -1)
+    probs = torch.cat([probs, top_p_filter(probs, 0.5), torch.eye(11, dtype=dtype)[:5]])
+    for seed in range(5):
+        a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        want = torch.multinomial(probs, 1, generator=a).squeeze(-1)
+        got = categorical(probs, b)
+        assert torch.equal(got, want)
+        assert torch.equal(a.get_state(), b.get_state())
+    assert not torch.equal(categorical(probs, torch.Generator().manual_seed(9)), want)  # it does draw
+
+
+def test_categorical_frequencies():
+    """Empirical frequencies of 40,000 draws within 5 standard errors of the probabilities (zeros never drawn)."""
+    probs = torch.tensor([0.5, 0.25, 0.0, 0.125, 0.125])
+    draws = categorical(probs.expand(40_000, -1), torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).double() / 40_000
+    assert freq[2] == 0
+    assert ((freq - probs).abs() <= 5 * (probs * (1 - probs) / 40_000).sqrt() + 1e-12).all()
 
 
 def test_make_rollout_layout(tok):
@@ -229,6 +255,18 @@ def test_sample_bad_input(model, tok):
         sample(model, tok, ["2+2"], max_new_tokens=4)
     with pytest.raises(ValueError, match=rf"prompt 1 holds token id {len(tok)}, outside the model's vocabulary"):
         sample(model, tok, [p[0], p[1] + [len(tok)]], max_new_tokens=4)
+
+
+@pytest.mark.parametrize("decode", ["static", "transformers"])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_sample_refuses_non_finite_logits(tok, decode, greedy):
+    """A model whose weights hold a NaN: one clear error (was a multinomial traceback, or NaN log-probs if greedy)."""
+    broken = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=3)
+    with torch.no_grad():
+        broken.model.layers[1].mlp.down_proj.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="logits are not finite"):
+        sample(broken, tok, encode(tok, PROMPTS), n=2, max_new_tokens=4, greedy=greedy, decode=decode,
+               generator=torch.Generator().manual_seed(0))  # fmt: skip
 
 
 # --- token_logprobs ---------------------------------------------------------------------------------------------

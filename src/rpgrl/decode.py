@@ -3,12 +3,13 @@ projections, reading the Hugging Face model's own weights.
 
 Why: one decode step of a small model through `transformers` spends most of its time outside the matrix products
 (module calls, cache bookkeeping, mask building: ~35 ops per layer for a 1-token query). This step does the same math
-in 4 matrix products per layer (q|k|v fused, o, gate|up fused, down) plus one fused attention call on a cache that is
-written in place, never concatenated.
+in 4 matrix products per layer (q|k|v fused, o, gate|up fused, down; the residual adds fused into the o and down
+products) and two batched products for attention, on a cache that is written in place, never concatenated.
 
-The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`), RoPE with the cos/sin of the model's
-own rotary module (so rope scaling types and their attention factor carry over), grouped-query attention over the
-valid (non-padding) keys, SiLU-gated MLP, the final norm and lm_head. `supported(model)` names what it does not
+The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`; in a float32 or float64 model the
+weight w is folded into the q|k|v and gate|up weights, a rounding-level difference), RoPE with the cos/sin of the
+model's own rotary module (so rope scaling types and their attention factor carry over), grouped-query attention
+over the valid (non-padding) keys, SiLU-gated MLP, the final norm and lm_head. `supported(model)` names what it does not
 handle (another architecture, sliding-window layers, post-processed logits, a non-SiLU MLP); `rollout.sample` then
 uses the `transformers` path. `tests/test_decode.py` checks logits against the model's forward.
 
@@ -53,15 +54,15 @@ def supported(model) -> str | None:
 
 @dataclass
 class _Layer:
-    ln1: Tensor  # (H,)
+    ln1: Tensor | None  # (H,), None when folded into wqkv
     wqkv: Tensor  # ((nh + 2 nkv) hd, H)
     bqkv: Tensor | None
     qk_norm: Tensor | None  # (nh + nkv, hd): Qwen3's q_norm and k_norm weights, one row per head
-    wo: Tensor  # (H, nh hd)
+    wo: Tensor  # (nh hd, H): o_proj's weight transposed (a view), so that x + att @ wo is one addmm
     bo: Tensor | None
-    ln2: Tensor
+    ln2: Tensor | None  # None when folded into wgu
     wgu: Tensor  # (2 I, H)
-    wd: Tensor  # (H, I)
+    wd: Tensor  # (I, H): down_proj's weight transposed (a view)
     keys: Tensor  # (B, nkv, S, hd), written in place
     values: Tensor
 
@@ -70,9 +71,12 @@ def _cat(*ts: Tensor | None) -> Tensor | None:
     return None if ts[0] is None else torch.cat(ts, 0)
 
 
-def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
-    """transformers' RMSNorm: normalised in float32 (also for a float64 or bfloat16 model), then scaled by w."""
-    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * w
+def _rms(x: Tensor, w: Tensor | None, eps: float) -> Tensor:
+    """transformers' RMSNorm, op for op: x * rsqrt(mean(x^2) + eps) in float32 (also for a float64 or bfloat16
+    model), back to x's dtype, then scaled by w (None: w was folded into the next product's weight)."""
+    h = x.float()
+    h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return h if w is None else w * h
 
 
 def _rotate_half_matrix(hd: int, dtype, device) -> Tensor:
@@ -102,9 +106,12 @@ class StaticDecoder:
         self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         positions = torch.arange(length, device=dev)[None]  # (1, S): every position a row can reach
         cos, sin = core.rotary_emb(self.embed[:1][None], positions)  # (1, S, hd) each, the model's own RoPE
-        self.cos, self.sin = cos[0], sin[0]
+        scale = torch.ones(self.nh + self.nkv, 1, dtype=dtype, device=dev)  # 1/sqrt(hd) on the q heads, 1 on k
+        scale.index_fill_(0, torch.arange(self.nh, device=dev), self.hd**-0.5)  # (the attention's scale, folded)
+        self.cos, self.sin = cos[0][:, None] * scale, sin[0][:, None] * scale  # (S, nh + nkv, hd)
         self.rot = _rotate_half_matrix(self.hd, dtype, dev)
-        self.valid = torch.ones(batch, length, dtype=torch.bool, device=dev)  # keys a row may attend to
+        self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
+        self.softmax_dtype = torch.promote_types(dtype, torch.float32)  # attention weights in float32 or wider
         self.filled = 0
         self.rows: Tensor | None = None  # the rows still computed (after compaction), None = all
         self.out: Tensor | None = None  # (B, V) logits of every row once rows are dropped
@@ -116,16 +123,20 @@ class StaticDecoder:
             qk_norm = torch.cat([a.q_norm.weight.expand(self.nh, -1), a.k_norm.weight.expand(self.nkv, -1)], 0)
         w = a.q_proj.weight
         kv = dict(size=(batch, self.nkv, length, self.hd), dtype=w.dtype, device=w.device)
+        ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        wqkv = torch.cat([w, a.k_proj.weight, a.v_proj.weight], 0)
+        wgu = torch.cat([m.gate_proj.weight, m.up_proj.weight], 0)
+        fold = w.element_size() >= 4  # folding the norm weights into the products costs a bf16 model precision
         return _Layer(
-            ln1=layer.input_layernorm.weight,
-            wqkv=torch.cat([w, a.k_proj.weight, a.v_proj.weight], 0),
+            ln1=None if fold else ln1,
+            wqkv=wqkv * ln1 if fold else wqkv,
             bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
             qk_norm=qk_norm,
-            wo=a.o_proj.weight,
+            wo=a.o_proj.weight.t(),
             bo=a.o_proj.bias,
-            ln2=layer.post_attention_layernorm.weight,
-            wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight], 0),
-            wd=m.down_proj.weight,
+            ln2=None if fold else ln2,
+            wgu=wgu * ln2 if fold else wgu,
+            wd=m.down_proj.weight.t(),
             keys=torch.empty(**kv),
             values=torch.empty(**kv),
         )
@@ -137,7 +148,8 @@ class StaticDecoder:
         for mine, theirs in zip(self.layers, cache.layers, strict=True):
             mine.keys[:, :, :P] = theirs.keys.repeat_interleave(repeats, 0)
             mine.values[:, :, :P] = theirs.values.repeat_interleave(repeats, 0)
-        self.valid[:, :P] = prompt_mask.bool().repeat_interleave(repeats, 0)
+        pad = torch.zeros_like(prompt_mask, dtype=self.bias.dtype).masked_fill_(prompt_mask == 0, -torch.inf)
+        self.bias[:, :P] = pad.repeat_interleave(repeats, 0)
         self.filled = P
 
     def step(self, tokens: Tensor, positions: Tensor, done: Tensor | None = None) -> Tensor:
@@ -163,28 +175,33 @@ class StaticDecoder:
         local = keep.nonzero().squeeze(-1)
         for L in self.layers:
             L.keys, L.values = L.keys[local], L.values[local]
-        self.valid = self.valid[local]
+        self.bias = self.bias[local]
         self.rows = rows[local]
 
     def _forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         B, s, nh, nkv, hd, eps = tokens.shape[0], self.filled, self.nh, self.nkv, self.hd, self.eps
         x = F.embedding(tokens, self.embed)  # (B, H)
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (B, 1, hd)
-        mask = self.valid[:, None, None, : s + 1]  # (B, 1, 1, s + 1)
+        cos, sin = self.cos[positions], self.sin[positions]  # (B, nh + nkv, hd)
+        bias = self.bias[:, None, None, : s + 1].expand(B, nkv, 1, s + 1).reshape(B * nkv, 1, s + 1)  # 0 or -inf
         for L in self.layers:
             qkv = F.linear(_rms(x, L.ln1, eps), L.wqkv, L.bqkv).view(B, nh + 2 * nkv, hd)
             qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
             if L.qk_norm is not None:
                 qk = _rms(qk, L.qk_norm, eps)
-            qk = torch.addcmul(qk * cos, qk @ self.rot, sin)  # RoPE: x cos + rotate_half(x) sin
+            qk = torch.addcmul(qk * cos, qk @ self.rot, sin)  # RoPE: x cos + rotate_half(x) sin; q times 1/sqrt(hd)
             L.keys[:, :, s] = qk[:, nh:]
             L.values[:, :, s] = v
-            att = F.scaled_dot_product_attention(
-                qk[:, :nh, None], L.keys[:, :, : s + 1], L.values[:, :, : s + 1], attn_mask=mask,
-                enable_gqa=nh != nkv,
-            )  # fmt: skip  # (B, nh, 1, hd); scale 1/sqrt(hd), the models' own
-            x = x + F.linear(att.reshape(B, nh * hd), L.wo, L.bo)
+            keys, values = L.keys.view(B * nkv, -1, hd)[:, : s + 1], L.values.view(B * nkv, -1, hd)[:, : s + 1]
+            q = qk[:, :nh].reshape(B * nkv, nh // nkv, hd)  # query head h reads KV head h // (nh / nkv)
+            p = torch.softmax(torch.baddbmm(bias, q, keys.transpose(1, 2)), -1, dtype=self.softmax_dtype)
+            att = p.to(values.dtype) @ values  # (B nkv, nh / nkv, hd)
+            x = _residual(x, att.view(B, nh * hd), L.wo, L.bo)
             gate, up = F.linear(_rms(x, L.ln2, eps), L.wgu).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, L.wd)
+            x = torch.addmm(x, F.silu(gate) * up, L.wd)
         self.filled = s + 1
         return F.linear(_rms(x, self.norm, eps), self.lm_w, self.lm_b)
+
+
+def _residual(x: Tensor, a: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+    """x + a @ wt (+ b): one addmm without a bias."""
+    return torch.addmm(x, a, wt) if b is None else x + torch.addmm(b, a, wt)

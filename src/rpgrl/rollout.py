@@ -269,6 +269,14 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
+def categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """(N, V) probabilities -> (N,) one draw per row: argmax(probs / E) with E ~ Exp(1) i.i.d. (the Gumbel-max
+    trick). This is torch.multinomial(probs, 1)'s own algorithm and random stream, without its input checks (each a
+    device sync); `tests/test_rollout.py` checks that the draws are identical."""
+    noise = torch.empty_like(probs).exponential_(1, generator=generator)
+    return (probs / noise).argmax(-1)
+
+
 def kv_cache_bytes(model, rows: int, length: int) -> int:
     """Bytes of the KV cache that generating `rows` sequences of `length` positions (prompt + new tokens) holds:
     keys and values of every layer, KV head and head dimension, in the model's dtype."""
@@ -420,23 +428,24 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens, logps, ents = [], [], []
     for t in range(max_new_tokens):
-        logp_all = torch.log_softmax(logits / temperature, -1)  # (B, V)
+        logp_all = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, -1)  # (B, V)
         p_all = logp_all.exp()
-        if greedy:
-            tok = logits.argmax(-1)
-        else:
-            tok = torch.multinomial(top_p_filter(p_all, top_p), 1, generator=generator).squeeze(-1)
-        lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
-        tokens.append(torch.where(done, pad, tok))
-        logps.append(torch.where(done, 0.0, lp))
-        ents.append(torch.where(done, 0.0, -(p_all * logp_all).nansum(-1)))  # 0 * -inf = nan for masked logits
+        tok = logits.argmax(-1) if greedy else categorical(top_p_filter(p_all, top_p), generator)
+        tokens.append(tok)  # finished rows' tokens, log-probs and entropies are masked once, after the loop
+        logps.append(logp_all.gather(-1, tok[:, None]).squeeze(-1))
+        ents.append(-(p_all * logp_all).nansum(-1))  # 0 * -inf = nan for masked logits
         done = done | torch.isin(tok, eos_t)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
-        logits = _upcast(step.step(tokens[-1], next_pos, done))
+        logits = _upcast(step.step(tok, next_pos, done))
         next_pos = next_pos + 1
     response = torch.stack(tokens, 1)  # (B, T)
     r_mask = response_mask_from_ids(response, eos)
+    keep = r_mask.bool()
+    sampler_logp = torch.stack(logps, 1).where(keep, 0.0)
+    if not bool(sampler_logp.isfinite().all()):
+        raise ValueError("sample: the model's logits are not finite (NaN or inf): its weights are broken")
+    response = response.where(keep, pad)
     return Rollout(
         input_ids=torch.cat([prompt_ids.repeat_interleave(n, 0), response], 1),
         attention_mask=torch.cat([prompt_mask.repeat_interleave(n, 0), r_mask.long()], 1),
@@ -444,8 +453,8 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         response_mask=r_mask,
         group=torch.arange(U, device=device).repeat_interleave(n),
         texts=[],  # decoded once by `sample`
-        sampler_logp=torch.stack(logps, 1) * r_mask,
-        sampler_entropy=torch.stack(ents, 1) * r_mask,
+        sampler_logp=sampler_logp,
+        sampler_entropy=torch.stack(ents, 1).where(keep, 0.0),
     )
 
 
