@@ -154,6 +154,14 @@ def _wider_ffn(d):
     (d / "config.json").write_text(json.dumps(cfg | {"intermediate_size": 96}))
 
 
+def _nan_weight(d):  # a checkpoint saved after a diverged step
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(d / "model.safetensors")
+    weights["model.layers.0.mlp.up_proj.weight"][1, 2] = float("nan")
+    save_file(weights, d / "model.safetensors", metadata={"format": "pt"})
+
+
 @pytest.mark.parametrize(
     "damage, match",
     [
@@ -162,8 +170,9 @@ def _wider_ffn(d):
         (_unknown_model_type, "cannot load the model in .*model type `nosuchmodel`"),
         (_more_layers, "do not match its config.json: 12 missing .e.g. model.layers.1"),
         (_wider_ffn, "do not match its config.json: tensor shapes differ"),
+        (_nan_weight, "hold NaN or inf in 1 of 14 tensors .e.g. model.layers.0.mlp.up_proj.weight"),
     ],
-    ids=["tokenizer-config", "truncated-weights", "model-type", "more-layers", "wider-ffn"],
+    ids=["tokenizer-config", "truncated-weights", "model-type", "more-layers", "wider-ffn", "nan-weight"],
 )
 def test_broken_model_folders_are_one_line(saved_model, damage, match):
     damage(saved_model)

@@ -181,7 +181,17 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
         if bars:
             hf_logging.enable_progress_bar()
     _check_weights_match(path, info)
+    _check_weights_finite(path, model)
     return model.eval(), tokenizer
+
+
+def _check_weights_finite(path: Path, model) -> None:
+    """UsageError when a weight holds NaN or inf (a checkpoint saved after a diverged step): every logit would be
+    NaN, and sampling or training would fail far from the cause."""
+    named = list(model.named_parameters())
+    bad = [name for name, p in named if p.is_floating_point() and not bool(p.isfinite().all())]
+    if bad:
+        raise UsageError(f"the weights in {path} hold NaN or inf in {len(bad)} of {len(named)} tensors (e.g. {bad[0]})")
 
 
 def _check_weights_match(path: Path, info: dict) -> None:
