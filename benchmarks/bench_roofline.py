@@ -232,7 +232,6 @@ def decode_profile(arch: dict, steps: int = 16) -> dict:
     under torch.compile(dynamic=True). `gemm_share`: the weight matrix products' (aten::mm, aten::addmm) share of
     the step's CPU time; 1 / gemm_share bounds any speed-up that leaves those products as they are."""
     import torch
-    from transformers import DynamicCache
 
     from rpgrl.decode import StaticDecoder
     from rpgrl.rollout import position_ids
@@ -243,11 +242,8 @@ def decode_profile(arch: dict, steps: int = 16) -> dict:
     mask = torch.ones_like(ids)
 
     def decoder():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache,
-              use_cache=True)  # fmt: skip
         dec = StaticDecoder(model, B, P + steps + 1)
-        dec.load_prefill(cache, mask, 1)
+        dec.prefill(ids, mask, position_ids(mask), 1)
         return dec
 
     tokens, pos = ids[:, -1], torch.full((B,), P)

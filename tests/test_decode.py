@@ -67,10 +67,9 @@ def _padded(seqs):
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])
 def test_step_logits_equal_a_full_forward(tok, name):
-    """Prefill the prompts, feed 6 more tokens one at a time through the static cache, and compare each step's
-    logits with the model's forward over the whole left-padded sequence (float64: agreement to ~1e-12)."""
-    from transformers import DynamicCache
-
+    """Prefill the prompts, feed 6 more tokens one at a time through the static cache, and compare the prefill's
+    logits and each step's with the model's forward over the whole left-padded sequence (float64: agreement to
+    ~1e-12)."""
     model = dict(models(tok, torch.float64))[name]
     assert supported(model) is None
     g = torch.Generator().manual_seed(0)
@@ -78,18 +77,33 @@ def test_step_logits_equal_a_full_forward(tok, name):
     ids, mask = _padded(PROMPTS)
     P = ids.shape[1]
     with torch.no_grad():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache,
-              use_cache=True)  # fmt: skip
         dec = StaticDecoder(model, len(PROMPTS), P + 6)
-        dec.load_prefill(cache, mask, 1)
+        first = dec.prefill(ids, mask, position_ids(mask), 1)
         pos = position_ids(mask)[:, -1] + 1
         full_ids = torch.cat([ids, extra], 1)
         full_mask = torch.cat([mask, torch.ones_like(extra)], 1)
         ref = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+        torch.testing.assert_close(first, ref[:, P - 1], rtol=0, atol=1e-10)
         for t in range(6):
             got = dec.step(extra[:, t], pos + t)
             torch.testing.assert_close(got, ref[:, P + t], rtol=0, atol=1e-10)
+
+
+def test_prefill_repeats_each_prompt_for_its_group(tok):
+    """With repeats=3 every row of a group holds its prompt's cache: the next step's logits equal those of the
+    one-row-per-prompt decoder, row by row."""
+    model = dict(models(tok, torch.float64))["qwen2"]
+    ids, mask = _padded(PROMPTS)
+    P, nxt = ids.shape[1], torch.tensor([4, 5, 6])
+    with torch.no_grad():
+        one, three = StaticDecoder(model, 3, P + 1), StaticDecoder(model, 9, P + 1)
+        torch.testing.assert_close(
+            three.prefill(ids, mask, position_ids(mask), 3), one.prefill(ids, mask, position_ids(mask), 1)
+        )
+        pos = position_ids(mask)[:, -1] + 1
+        want = one.step(nxt, pos)
+        got = three.step(nxt.repeat_interleave(3), pos.repeat_interleave(3))
+    torch.testing.assert_close(got, want.repeat_interleave(3, 0), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])

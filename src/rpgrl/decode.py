@@ -4,7 +4,9 @@ projections, reading the Hugging Face model's own weights.
 Why: one decode step of a small model through `transformers` spends most of its time outside the matrix products
 (module calls, cache bookkeeping, mask building: ~35 ops per layer for a 1-token query). This step does the same math
 in 4 matrix products per layer (q|k|v fused, o, gate|up fused, down; the residual adds fused into the o and down
-products) and two batched products for attention, on a cache that is written in place, never concatenated.
+products) and two batched products for attention, on a cache that is written in place, never concatenated. The
+prompts are prefilled by the same layers (`prefill`: each distinct prompt once, its keys and values copied to the
+rows of its group), so no `transformers` cache is built at all.
 
 The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`; in a float32 or float64 model the
 weight w is folded into the q|k|v and gate|up weights, a rounding-level difference), RoPE with the cos/sin of the
@@ -129,28 +131,40 @@ class StaticDecoder:
         fold = w.element_size() >= 4  # folding the norm weights into the products costs a bf16 model precision
         return _Layer(
             ln1=None if fold else ln1,
-            wqkv=wqkv * ln1 if fold else wqkv,
+            wqkv=wqkv.mul_(ln1) if fold else wqkv,  # in place: the fused copy is this decoder's own
             bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
             qk_norm=qk_norm,
             wo=a.o_proj.weight.t(),
             bo=a.o_proj.bias,
             ln2=None if fold else ln2,
-            wgu=wgu * ln2 if fold else wgu,
+            wgu=wgu.mul_(ln2) if fold else wgu,
             wd=m.down_proj.weight.t(),
             keys=torch.empty(**kv),
             values=torch.empty(**kv),
         )
 
-    def load_prefill(self, cache, prompt_mask: Tensor, repeats: int) -> None:
-        """Copy a `transformers` cache of the U prompts (each layer's keys/values (U, nkv, P, hd)) into the first P
-        positions of every row, each prompt `repeats` times (rows of a group adjacent). prompt_mask: (U, P)."""
-        P = prompt_mask.shape[1]
-        for mine, theirs in zip(self.layers, cache.layers, strict=True):
-            mine.keys[:, :, :P] = theirs.keys.repeat_interleave(repeats, 0)
-            mine.values[:, :, :P] = theirs.values.repeat_interleave(repeats, 0)
-        pad = torch.zeros_like(prompt_mask, dtype=self.bias.dtype).masked_fill_(prompt_mask == 0, -torch.inf)
+    def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor, repeats: int) -> Tensor:
+        """Run the U prompts (ids, mask, positions: (U, P), left-padded) once, write their keys and values into the
+        first P positions of every row, each prompt `repeats` times (rows of a group adjacent), and return the
+        logits (U, V) at each prompt's last position."""
+        (U, P), nh, nkv, hd = ids.shape, self.nh, self.nkv, self.hd
+        x = F.embedding(ids, self.embed).flatten(0, 1)  # (U P, H)
+        cos, sin = self.cos[positions].flatten(0, 1), self.sin[positions].flatten(0, 1)  # (U P, nh + nkv, hd)
+        keep = mask.bool()
+        allowed = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril() & keep[:, None, :]  # (U, P, P)
+        allowed |= torch.eye(P, dtype=torch.bool, device=ids.device)  # a padding query sees itself: no empty row
+        pad = torch.zeros(keep.shape, dtype=self.bias.dtype, device=ids.device).masked_fill_(~keep, -torch.inf)
         self.bias[:, :P] = pad.repeat_interleave(repeats, 0)
+        for L in self.layers:
+            qk, v = self._qkv(L, x, cos, sin)
+            q = qk[:, :nh].view(U, P, nh, hd).transpose(1, 2)  # (U, nh, P, hd), already times 1/sqrt(hd)
+            k, v = qk[:, nh:].view(U, P, nkv, hd).transpose(1, 2), v.view(U, P, nkv, hd).transpose(1, 2)
+            L.keys[:, :, :P] = k.repeat_interleave(repeats, 0)
+            L.values[:, :, :P] = v.repeat_interleave(repeats, 0)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], scale=1.0, enable_gqa=nh != nkv)
+            x = self._attn_out_and_mlp(L, x, att.transpose(1, 2).reshape(U * P, nh * hd))
         self.filled = P
+        return F.linear(_rms(x.view(U, P, -1)[:, -1], self.norm, self.eps), self.lm_w, self.lm_b)
 
     def step(self, tokens: Tensor, positions: Tensor, done: Tensor | None = None) -> Tensor:
         """Feed one token per row (tokens, positions: (B,)) at the next cache slot; returns logits (B, V).
@@ -179,27 +193,36 @@ class StaticDecoder:
         self.rows = rows[local]
 
     def _forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        B, s, nh, nkv, hd, eps = tokens.shape[0], self.filled, self.nh, self.nkv, self.hd, self.eps
+        B, s, nh, nkv, hd = tokens.shape[0], self.filled, self.nh, self.nkv, self.hd
         x = F.embedding(tokens, self.embed)  # (B, H)
         cos, sin = self.cos[positions], self.sin[positions]  # (B, nh + nkv, hd)
         bias = self.bias[:, None, None, : s + 1].expand(B, nkv, 1, s + 1).reshape(B * nkv, 1, s + 1)  # 0 or -inf
         for L in self.layers:
-            qkv = F.linear(_rms(x, L.ln1, eps), L.wqkv, L.bqkv).view(B, nh + 2 * nkv, hd)
-            qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
-            if L.qk_norm is not None:
-                qk = _rms(qk, L.qk_norm, eps)
-            qk = torch.addcmul(qk * cos, qk @ self.rot, sin)  # RoPE: x cos + rotate_half(x) sin; q times 1/sqrt(hd)
+            qk, v = self._qkv(L, x, cos, sin)
             L.keys[:, :, s] = qk[:, nh:]
             L.values[:, :, s] = v
             keys, values = L.keys.view(B * nkv, -1, hd)[:, : s + 1], L.values.view(B * nkv, -1, hd)[:, : s + 1]
             q = qk[:, :nh].reshape(B * nkv, nh // nkv, hd)  # query head h reads KV head h // (nh / nkv)
             p = torch.softmax(torch.baddbmm(bias, q, keys.transpose(1, 2)), -1, dtype=self.softmax_dtype)
-            att = p.to(values.dtype) @ values  # (B nkv, nh / nkv, hd)
-            x = _residual(x, att.view(B, nh * hd), L.wo, L.bo)
-            gate, up = F.linear(_rms(x, L.ln2, eps), L.wgu).chunk(2, -1)
-            x = torch.addmm(x, F.silu(gate) * up, L.wd)
+            x = self._attn_out_and_mlp(L, x, (p.to(values.dtype) @ values).view(B, nh * hd))
         self.filled = s + 1
-        return F.linear(_rms(x, self.norm, eps), self.lm_w, self.lm_b)
+        return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
+
+    def _qkv(self, L: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times 1/sqrt(hd), folded
+        into cos/sin (N, nh + nkv, hd)), and values (N, nkv, hd)."""
+        nh, nkv, hd = self.nh, self.nkv, self.hd
+        qkv = F.linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv).view(x.shape[0], nh + 2 * nkv, hd)
+        qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
+        if L.qk_norm is not None:
+            qk = _rms(qk, L.qk_norm, self.eps)
+        return torch.addcmul(qk * cos, qk @ self.rot, sin), v  # RoPE: x cos + rotate_half(x) sin
+
+    def _attn_out_and_mlp(self, L: _Layer, x: Tensor, att: Tensor) -> Tensor:
+        """The rest of a layer: x (N, H) + o(att (N, nh hd)), then + down(silu(gate) * up) of its norm."""
+        x = _residual(x, att, L.wo, L.bo)
+        gate, up = F.linear(_rms(x, L.ln2, self.eps), L.wgu).chunk(2, -1)
+        return torch.addmm(x, F.silu(gate) * up, L.wd)
 
 
 def _residual(x: Tensor, a: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:

@@ -330,7 +330,7 @@ def sample(
     decode: "static" (`rpgrl.decode.StaticDecoder`: static KV cache, fused projections), "transformers" (the
     model's own forward with a DynamicCache, any causal LM), or "auto": static where `decode.supported(model)` and
     the weights are under AUTO_STATIC_BYTES (the fused q|k|v and gate|up weights are copies made per call).
-    The prompts are prefilled by the model's forward either way.
+    Each path also prefills the prompts its own way, each distinct prompt once per chunk.
     """
     if not prompts:
         raise ValueError("sample: empty prompt list")
@@ -400,29 +400,19 @@ AUTO_STATIC_BYTES = 2**31  # decode="auto" takes the static path for models up t
 
 def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy, generator, eos, pad,
                   decode: str) -> Rollout:  # fmt: skip
-    from transformers import DynamicCache
-
     device = next(model.parameters()).device
     prompt_ids, prompt_mask = _left_pad(prompts, pad, device)  # (U, P)
     U, P = prompt_ids.shape
     B = U * n
-    cache = DynamicCache(config=model.config)
     pos = position_ids(prompt_mask)
     # Prefill the U unique prompts once, then repeat cache and last logits n times (rows of a group adjacent).
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=pos,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    logits = _upcast(out.logits[:, -1]).repeat_interleave(n, 0)  # (B, V)
     if decode == "static":
         step = StaticDecoder(model, B, P + max_new_tokens)
-        step.load_prefill(cache, prompt_mask, n)
+        last = step.prefill(prompt_ids, prompt_mask, pos, n)
     else:
-        step = _TransformersStep(model, cache, prompt_mask, n)
+        step = _TransformersStep(model, prompt_ids, prompt_mask, pos, n)
+        last = step.last
+    logits = _upcast(last).repeat_interleave(n, 0)  # (B, V)
     next_pos = pos[:, -1].repeat_interleave(n, 0) + 1  # (B,)
     eos_t = torch.as_tensor(eos, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
@@ -459,12 +449,19 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
 
 
 class _TransformersStep:
-    """The decode step through the model's own forward and a `transformers` DynamicCache (any causal LM)."""
+    """The decode step through the model's own forward and a `transformers` DynamicCache (any causal LM). Built by
+    prefilling the U prompts (U, P) once; `last` (U, V) holds their last positions' logits."""
 
-    def __init__(self, model, cache, prompt_mask: Tensor, repeats: int):
+    def __init__(self, model, prompt_ids: Tensor, prompt_mask: Tensor, positions: Tensor, repeats: int):
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=model.config)
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                    past_key_values=self.cache, use_cache=True, logits_to_keep=1)  # fmt: skip
+        self.last = out.logits[:, -1]
         if repeats > 1:
-            cache.batch_repeat_interleave(repeats)
-        self.model, self.cache = model, cache
+            self.cache.batch_repeat_interleave(repeats)
+        self.model = model
         self.mask = prompt_mask.repeat_interleave(repeats, 0)  # (B, P), grows by one column per step
         self.ones = torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype, device=self.mask.device)
 
