@@ -39,6 +39,13 @@ def _random_norms(model):
     return model
 
 
+def _scaled_attention(model, scaling=0.2):
+    """An attention scale other than 1/sqrt(head_dim) (the modules' own `scaling`, which their forward uses)."""
+    for layer in model.model.layers:
+        layer.self_attn.scaling = scaling
+    return model
+
+
 def models(tok, dtype=torch.float32):
     yield "qwen2", build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=2, ffn=96, seed=1).to(dtype)
     yield (
@@ -46,6 +53,7 @@ def models(tok, dtype=torch.float32):
         build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=3, ffn=96, arch="qwen3", seed=2).to(dtype),
     )
     yield "llama", llama(tok, dtype)
+    yield "llama-scaling", _scaled_attention(llama(tok, dtype))
     yield (
         "qwen3-norms",
         _random_norms(
@@ -65,7 +73,7 @@ def _padded(seqs):
     return ids, mask
 
 
-@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "llama-scaling", "qwen3-norms"])
 def test_step_logits_equal_a_full_forward(tok, name):
     """Prefill the prompts, feed 6 more tokens one at a time through the static cache, and compare the prefill's
     logits and each step's with the model's forward over the whole left-padded sequence (float64: agreement to

@@ -108,8 +108,9 @@ class StaticDecoder:
         self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         positions = torch.arange(length, device=dev)[None]  # (1, S): every position a row can reach
         cos, sin = core.rotary_emb(self.embed[:1][None], positions)  # (1, S, hd) each, the model's own RoPE
-        scale = torch.ones(self.nh + self.nkv, 1, dtype=dtype, device=dev)  # 1/sqrt(hd) on the q heads, 1 on k
-        scale.index_fill_(0, torch.arange(self.nh, device=dev), self.hd**-0.5)  # (the attention's scale, folded)
+        scaling = getattr(core.layers[0].self_attn, "scaling", self.hd**-0.5)  # the attention's own, 1/sqrt(hd)
+        scale = torch.ones(self.nh + self.nkv, 1, dtype=dtype, device=dev)  # `scaling` on the q heads, 1 on k:
+        scale.index_fill_(0, torch.arange(self.nh, device=dev), scaling)  # the attention's scale, folded into RoPE
         self.cos, self.sin = cos[0][:, None] * scale, sin[0][:, None] * scale  # (S, nh + nkv, hd)
         self.rot = _rotate_half_matrix(self.hd, dtype, dev)
         self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
