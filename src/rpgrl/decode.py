@@ -158,7 +158,7 @@ class StaticDecoder:
         self.bias[:, :P] = pad.repeat_interleave(repeats, 0)
         for L in self.layers:
             qk, v = self._qkv(L, x, cos, sin)
-            q = qk[:, :nh].view(U, P, nh, hd).transpose(1, 2)  # (U, nh, P, hd), already times 1/sqrt(hd)
+            q = qk[:, :nh].view(U, P, nh, hd).transpose(1, 2)  # (U, nh, P, hd), already times the scale
             k, v = qk[:, nh:].view(U, P, nkv, hd).transpose(1, 2), v.view(U, P, nkv, hd).transpose(1, 2)
             L.keys[:, :, :P] = k.repeat_interleave(repeats, 0)
             L.values[:, :, :P] = v.repeat_interleave(repeats, 0)
@@ -210,8 +210,8 @@ class StaticDecoder:
         return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
 
     def _qkv(self, L: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-        """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times 1/sqrt(hd), folded
-        into cos/sin (N, nh + nkv, hd)), and values (N, nkv, hd)."""
+        """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times the attention's scale,
+        folded into cos/sin (N, nh + nkv, hd)), and values (N, nkv, hd)."""
         nh, nkv, hd = self.nh, self.nkv, self.hd
         qkv = F.linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv).view(x.shape[0], nh + 2 * nkv, hd)
         qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
