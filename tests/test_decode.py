@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import rpgrl.decode as static_decode
 from rpgrl.decode import StaticDecoder, supported
 from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.rollout import position_ids, sample, token_logprobs
@@ -17,6 +18,14 @@ CHARS = "0123456789+="
 @pytest.fixture(scope="module")
 def tok():
     return build_char_tokenizer(CHARS)
+
+
+@pytest.fixture(params=["rows", "columns"])
+def layout(request, monkeypatch):
+    """Both layouts of the layer products: x @ w^T (small models) and w @ x^T on column-major states (from
+    COLUMNS_MIN_HIDDEN on); the test models are small, so the threshold is moved to reach the second."""
+    monkeypatch.setattr(static_decode, "COLUMNS_MIN_HIDDEN", 10**9 if request.param == "rows" else 0)
+    return request.param
 
 
 def llama(tok, dtype=torch.float32):
@@ -39,6 +48,17 @@ def _random_norms(model):
     return model
 
 
+def _random_biases(model):
+    """Biases away from their zero initialisation (Qwen2's q/k/v, Llama's attention biases including o_proj's), so
+    that the bias terms are exercised."""
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3)
+    return model
+
+
 def _scaled_attention(model, scaling=0.2):
     """An attention scale other than 1/sqrt(head_dim) (the modules' own `scaling`, which their forward uses)."""
     for layer in model.model.layers:
@@ -47,12 +67,13 @@ def _scaled_attention(model, scaling=0.2):
 
 
 def models(tok, dtype=torch.float32):
-    yield "qwen2", build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=2, ffn=96, seed=1).to(dtype)
+    qwen2 = build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=2, ffn=96, seed=1)
+    yield "qwen2", _random_biases(qwen2).to(dtype)
     yield (
         "qwen3",
         build_tiny_model(tok, hidden=48, layers=2, heads=6, kv_heads=3, ffn=96, arch="qwen3", seed=2).to(dtype),
     )
-    yield "llama", llama(tok, dtype)
+    yield "llama", _random_biases(llama(tok, dtype))
     yield "llama-scaling", _scaled_attention(llama(tok, dtype))
     yield (
         "qwen3-norms",
@@ -74,12 +95,13 @@ def _padded(seqs):
 
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "llama-scaling", "qwen3-norms"])
-def test_step_logits_equal_a_full_forward(tok, name):
+def test_step_logits_equal_a_full_forward(tok, name, layout):
     """Prefill the prompts, feed 6 more tokens one at a time through the static cache, and compare the prefill's
     logits and each step's with the model's forward over the whole left-padded sequence (float64: agreement to
     ~1e-12)."""
     model = dict(models(tok, torch.float64))[name]
     assert supported(model) is None
+    assert StaticDecoder(model, 1, 1).columns == (layout == "columns")
     g = torch.Generator().manual_seed(0)
     extra = torch.randint(3, len(tok), (len(PROMPTS), 6), generator=g)
     ids, mask = _padded(PROMPTS)
@@ -97,7 +119,7 @@ def test_step_logits_equal_a_full_forward(tok, name):
             torch.testing.assert_close(got, ref[:, P + t], rtol=0, atol=1e-10)
 
 
-def test_prefill_repeats_each_prompt_for_its_group(tok):
+def test_prefill_repeats_each_prompt_for_its_group(tok, layout):
     """With repeats=3 every row of a group holds its prompt's cache: the next step's logits equal those of the
     one-row-per-prompt decoder, row by row."""
     model = dict(models(tok, torch.float64))["qwen2"]
@@ -116,7 +138,7 @@ def test_prefill_repeats_each_prompt_for_its_group(tok):
 
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])
 @pytest.mark.parametrize("mode", [dict(), dict(top_p=0.7, temperature=0.8), dict(greedy=True)])
-def test_sampling_matches_the_transformers_path(tok, name, mode):
+def test_sampling_matches_the_transformers_path(tok, name, mode, layout):
     model = dict(models(tok))[name]
     runs = {}
     for decode in ("transformers", "static"):
