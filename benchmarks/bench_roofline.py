@@ -16,7 +16,8 @@ In one process, 2 torch threads:
      are exact. Each phase's time is the best of `--reps` runs; `fraction_of_peak` = achieved GFLOP/s / gemm_gflops.
        generation               rpgrl.sample as the trainer runs it (decode="auto": the static-cache path)
        generation_transformers  the same with decode="transformers" (the model's own forward, today's baseline)
-       update                   token_logprobs + rpg_loss + backward + AdamW step on the generated batch
+       update                   token_logprobs + rpg_loss + backward + gradient clipping + the trainer's optimizer
+                                step (`make_optimizer` of the default config: fused AdamW) on the generated batch
      Each phase's `gemm_share` (the weight GEMMs' share of its CPU time, profiled once) gives
      `max_fraction_if_only_gemms` (and for generation `max_speedup_if_only_gemms`): the value if everything else
      took no time, the bound that rules a missed target out or not (`targets`).
@@ -142,6 +143,18 @@ def _setup(arch: dict, prompts: int):
     return tok, model, prompt_ids
 
 
+def trainer_optimizer(model):
+    """The optimizer the trainer builds for the default config (fused AdamW), at a small learning rate."""
+    import dataclasses
+
+    from rpgrl.presets import get_preset
+    from rpgrl.trainer.setup import make_optimizer
+
+    cfg = get_preset("default")
+    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=1e-6))
+    return make_optimizer(cfg, list(model.parameters()))
+
+
 def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update_prompts: int, reps: int) -> dict:
     import torch
 
@@ -182,13 +195,14 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
     rollout = gen("auto")
     keep = torch.arange(rows) < update_prompts * g  # the update's mini-batch: the first update_prompts groups
     batch = rollout.select(keep.nonzero().squeeze(-1)) if update_prompts < prompts else rollout
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    opt = trainer_optimizer(model)
     opts = RPGOptions().kwargs()
 
     def update():
         logp, _ = token_logprobs(model, batch)
         adv = torch.randn(logp.shape[0])
         rpg_loss(logp, logp.detach(), adv, batch.response_mask, **opts).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -211,7 +225,7 @@ def step_seconds(arch: dict, g: int, new_tokens: int, reps: int) -> float:
     from rpgrl.rollout import sample, token_logprobs
 
     tok, model, prompt_ids = _setup(arch, PROMPTS_PER_STEP)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    opt = trainer_optimizer(model)
 
     def step():
         r = sample(model, tok, prompt_ids, n=g, max_new_tokens=new_tokens, generator=torch.Generator().manual_seed(0),
@@ -220,6 +234,7 @@ def step_seconds(arch: dict, g: int, new_tokens: int, reps: int) -> float:
         adv = torch.randn(logp.shape[0])
         rpg_loss(logp, logp.detach(), adv, r.response_mask, divergence="urkl", style="reinforce", beta=1e-4,
                  clip="dual").loss.backward()  # fmt: skip
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 

@@ -18,7 +18,7 @@ import torch
 
 from rpgrl.config import Config, LossConfig
 from rpgrl.errors import UsageError, check_token_ids
-from rpgrl.trainer.device import resolve_device
+from rpgrl.trainer.device import fusable, resolve_device
 
 
 def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[str, Any]]:
@@ -192,7 +192,7 @@ def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim
     o = cfg.optim
     if o.name == "adamw":  # fused: one kernel per tensor, no full-size temporaries (4x faster than foreach on CPU)
         return torch.optim.AdamW(
-            params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=_fusable(params)
+            params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=fusable(params)
         )
     import schedulefree
 
@@ -200,12 +200,6 @@ def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim
     opt = schedulefree.AdamWScheduleFree(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
     opt.train()
     return opt
-
-
-def _fusable(params: list[torch.nn.Parameter]) -> bool | None:
-    """True when torch's fused AdamW supports every parameter (CPU/CUDA floating point), else None (its default)."""
-    ok = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
-    return True if ok and params else None
 
 
 def lr_multiplier(step: int, warmup: int) -> float:

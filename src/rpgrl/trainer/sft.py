@@ -20,7 +20,7 @@ import torch
 
 from rpgrl.rewards import get_reward
 from rpgrl.rollout import make_rollout, sample, token_logprobs
-from rpgrl.trainer.device import model_device
+from rpgrl.trainer.device import fusable, model_device
 
 if TYPE_CHECKING:
     from rpgrl.config import SFTConfig
@@ -143,7 +143,8 @@ def warm_start(
     t0 = time.perf_counter()
     prompts, targets = encode_prompts(tokenizer, train_problems), encode_targets(tokenizer, train_problems)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0, fused=fusable(params))
     batches = _epochs(len(prompts), cfg.batch_size, gen)
     history, step, greedy_acc, reached = [], 0, float("nan"), False
     bar = _bar(progress, cfg.max_steps)
