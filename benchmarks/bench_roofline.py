@@ -17,7 +17,10 @@ In one process, 2 torch threads:
        generation               rpgrl.sample as the trainer runs it (decode="auto": the static-cache path)
        generation_transformers  the same with decode="transformers" (the model's own forward, today's baseline)
        update                   token_logprobs + rpg_loss + backward + gradient clipping + the trainer's optimizer
-                                step (`make_optimizer` of the default config: fused AdamW) on the generated batch
+                                step (`make_optimizer` of the default config: fused AdamW) on the generated batch,
+                                as the trainer runs it (forward="auto": the packed forward, `rpgrl.packed`)
+       update_transformers      the same with forward="transformers" (the decoder's own forward, twice: the
+                                prompts, then the responses over their indexed cache)
      Each phase's `gemm_share` (the weight GEMMs' share of its CPU time, profiled once) gives
      `max_fraction_if_only_gemms` (and for generation `max_speedup_if_only_gemms`): the value if everything else
      took no time, the bound that rules a missed target out or not (`targets`).
@@ -198,8 +201,8 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
     opt = trainer_optimizer(model)
     opts = RPGOptions().kwargs()
 
-    def update():
-        logp, _ = token_logprobs(model, batch)
+    def update(forward="auto"):
+        logp, _ = token_logprobs(model, batch, forward=forward)
         adv = torch.randn(logp.shape[0])
         rpg_loss(logp, logp.detach(), adv, batch.response_mask, **opts).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -207,13 +210,20 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
         opt.zero_grad(set_to_none=True)
 
     update()  # AdamW state allocated outside the timing
-    s = _best(update, reps)
     uf = update_flops(cfg, update_prompts, update_prompts * g, P, new_tokens)
-    out["update"] = {"seconds": s, "tokens_per_s": update_prompts * g * new_tokens / s, "gflop": uf / 1e9,
-                     "gflops": uf / s / 1e9, "gemm_share": gemm_share(update)}  # fmt: skip
+    times = {f: [] for f in ("auto", "transformers")}
+    for _ in range(reps):  # interleaved, as generation
+        for f in times:
+            times[f].append(_best(lambda f=f: update(f), 1))
+    for key, f in (("update", "auto"), ("update_transformers", "transformers")):
+        s = min(times[f])
+        out[key] = {"seconds": s, "tokens_per_s": update_prompts * g * new_tokens / s, "gflop": uf / 1e9,
+                    "gflops": uf / s / 1e9}  # fmt: skip
+    out["update"]["speedup_vs_transformers"] = out["update_transformers"]["seconds"] / out["update"]["seconds"]
+    out["update"]["gemm_share"] = gemm_share(update)
     gen_, upd = out["generation"], out["update"]
     print(f"{name}: generation {gen_['gflops']:.2f} GFLOP/s (x{gen_['speedup_vs_transformers']:.2f} vs transformers), "
-          f"update {upd['gflops']:.2f} GFLOP/s", flush=True)  # fmt: skip
+          f"update {upd['gflops']:.2f} GFLOP/s (x{upd['speedup_vs_transformers']:.2f})", flush=True)  # fmt: skip
     return out
 
 
@@ -382,7 +392,7 @@ def main() -> None:
         samples.append(gemm_gflops(*shapes["square 2048"]))
     peak = max(samples)
     for s in sizes.values():
-        for phase in ("generation", "generation_transformers", "update"):
+        for phase in ("generation", "generation_transformers", "update", "update_transformers"):
             s[phase]["fraction_of_peak"] = s[phase]["gflops"] / peak
         for phase in ("generation", "update"):  # if everything but the weight GEMMs took no time
             s[phase]["max_fraction_if_only_gemms"] = s[phase]["fraction_of_peak"] / s[phase]["gemm_share"]
@@ -466,14 +476,16 @@ def markdown(info: dict) -> str:
     ]
     for name, s in info["sizes"].items():
         shape = f"{s['prompts']}x{s['group_size']}x{s['new_tokens']} (prompt {s['prompt_len']})"
-        for phase in ("generation_transformers", "generation", "update"):
+        for phase in ("generation_transformers", "generation", "update_transformers", "update"):
             p = s[phase]
             label = {"generation": "generation (static cache)", "generation_transformers": "generation (transformers)",
-                     "update": "update"}[phase]  # fmt: skip
+                     "update": "update (packed)", "update_transformers": "update (transformers)"}[phase]  # fmt: skip
             lines.append(f"| {name} | {s['params'] / 1e6:.2f}M | {shape} | {label} | {p['tokens_per_s']:.0f} | "
                          f"{p['gflops']:.2f} | {p['fraction_of_peak']:.1%} |")  # fmt: skip
     lines += ["", "Generation speed-up of the static-cache decode over the transformers path: "
               + ", ".join(f"{n} x{s['generation']['speedup_vs_transformers']:.2f}" for n, s in info["sizes"].items())
+              + "; of the packed update over the transformers forward: "
+              + ", ".join(f"{n} x{s['update']['speedup_vs_transformers']:.2f}" for n, s in info["sizes"].items())
               + "."]  # fmt: skip
     decode = [
         f"{n}: weight GEMMs {d['gemm_share']:.0%} of the CPU time, so at most "

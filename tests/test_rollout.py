@@ -277,11 +277,13 @@ def model64(tok):
     return build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=4).double()
 
 
+@pytest.mark.parametrize("forward", ["packed", "transformers"])
 @pytest.mark.parametrize("share", [True, False])
-def test_token_logprobs_float64_reference_values_and_entropy(model64, tok, share):
+def test_token_logprobs_float64_reference_values_and_entropy(model64, tok, share, forward):
     r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=14, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        lp, ent = token_logprobs(model64, r, temperature=0.8, chunk_size=5, with_entropy=True, share_prompts=share)
+        lp, ent = token_logprobs(model64, r, temperature=0.8, chunk_size=5, with_entropy=True, share_prompts=share,
+                                 forward=forward)  # fmt: skip
     assert lp.dtype == torch.float64
     for i, (p, resp) in enumerate(rows(r)):
         want_lp, want_ent = ref_row_logprobs(model64, p, resp, temperature=0.8)
@@ -289,18 +291,19 @@ def test_token_logprobs_float64_reference_values_and_entropy(model64, tok, share
         torch.testing.assert_close(lp[i, :L], want_lp, atol=1e-12, rtol=0)
         torch.testing.assert_close(ent[i, :L], want_ent, atol=1e-12, rtol=0)
         assert (lp[i, L:] == 0).all() and (ent[i, L:] == 0).all()
-    lp2, ent2 = token_logprobs(model64, r, temperature=0.8, share_prompts=share)  # grad enabled path: same values
+    lp2, ent2 = token_logprobs(model64, r, temperature=0.8, share_prompts=share, forward=forward)  # with grad: same
     assert ent2 is None
     torch.testing.assert_close(lp2.detach(), lp, atol=1e-14, rtol=0)
 
 
+@pytest.mark.parametrize("forward", ["packed", "transformers"])
 @pytest.mark.parametrize("share", [True, False])
-def test_token_logprobs_gradients_match_reference(model64, tok, share):
+def test_token_logprobs_gradients_match_reference(model64, tok, share, forward):
     r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=14, generator=torch.Generator().manual_seed(4))
     w = torch.randn(r.response_mask.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
     model64.zero_grad()
-    lp, ent = token_logprobs(model64, r, chunk_size=7, with_entropy=True, share_prompts=share)  # several chunks
+    lp, ent = token_logprobs(model64, r, chunk_size=7, with_entropy=True, share_prompts=share, forward=forward)
     ((lp * w).sum() + 0.3 * (ent * w).sum()).backward()
     got = {k: p.grad.clone() for k, p in model64.named_parameters()}
 
@@ -311,7 +314,7 @@ def test_token_logprobs_gradients_match_reference(model64, tok, share):
         ref = ref + (want_lp * w[i, : len(resp)]).sum() + 0.3 * (want_ent * w[i, : len(resp)]).sum()
     ref.backward()
     want = {k: p.grad for k, p in model64.named_parameters()}
-    if share:
+    if share or forward == "packed":  # the packed rows round apart from one forward per row in the float32 norms
         assert_close_to_float32_rounding(got, want)
     else:
         for k in want:
@@ -335,9 +338,9 @@ def test_shared_prompts_are_forwarded_once_per_group(model, tok):
                                                      with_kwargs=True)  # fmt: skip
     try:
         with torch.no_grad():
-            shared, _ = token_logprobs(model, r)
+            shared, _ = token_logprobs(model, r, forward="transformers")
             calls_shared, seen[:] = list(seen), []
-            plain, _ = token_logprobs(model, r, share_prompts=False)
+            plain, _ = token_logprobs(model, r, share_prompts=False, forward="transformers")
             calls_plain = list(seen)
     finally:
         hook.remove()
@@ -346,15 +349,16 @@ def test_shared_prompts_are_forwarded_once_per_group(model, tok):
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("forward", ["packed", "transformers"])
 @pytest.mark.parametrize("rows", [[1, 2, 3], [2, 3, 4, 5], [0, 1, 2, 4, 5], [5, 4, 3, 2], [0, 2, 4, 6]])
-def test_shared_prompts_match_the_plain_forward_on_any_selection(model64, tok, rows):
+def test_shared_prompts_match_the_plain_forward_on_any_selection(model64, tok, rows, forward):
     """Micro-batches that split a group, single-row groups among shared ones, rows out of group order."""
     r = sample(model64, tok, encode(tok, PROMPTS), n=2, max_new_tokens=10, generator=torch.Generator().manual_seed(6))
     mb = r.select(rows)
     out = {}
     for share in (True, False):
         model64.zero_grad()
-        lp, ent = token_logprobs(model64, mb, with_entropy=True, share_prompts=share)
+        lp, ent = token_logprobs(model64, mb, with_entropy=True, share_prompts=share, forward=forward)
         (lp.sum() + 0.3 * ent.sum()).backward()
         out[share] = lp.detach(), {k: p.grad.clone() for k, p in model64.named_parameters()}
     torch.testing.assert_close(out[True][0], out[False][0], atol=1e-12, rtol=0)

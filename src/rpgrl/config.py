@@ -240,6 +240,10 @@ class TrainConfig:
     """off-policy updates: pi_old's log-probs from the sampler ('sampler', no extra pass; equal to a training forward
     up to float rounding in float32), from a no-grad forward pass before the update ('forward', as verl), or 'auto'
     (sampler for float32 models, forward otherwise)"""
+    forward: Literal["auto", "packed", "transformers"] = "auto"
+    """training forward (update, old log-probs, warm start): 'packed' (rpgrl.packed: the prompt and response tokens
+    as one matrix of rows through every layer, the attention alone split by prompt; Qwen2/Qwen3/Llama),
+    'transformers' (the decoder's own forward), 'auto' = packed where supported. Same log-probs to float rounding"""
     micro_batch_size: int = 128
     """sequences per forward/backward pass (memory knob; gradients are accumulated with the global normalizer)"""
     logprob_chunk: int = 1024

@@ -6,7 +6,7 @@
   greedily, stops at EOS or `max_new_tokens`, and stops early once every row is done.
 - `token_logprobs(model, rollout)` -> log-probs (and optionally entropies) of the response tokens, computed chunk by
   chunk from the final hidden states, so a full (B, T, V) float32 logits tensor is never materialised; like the
-  sampler, it forwards each group's prompt once (eval mode).
+  sampler, it forwards each group's prompt once (`rpgrl.packed`: prompt and response tokens packed as one matrix).
 
 Left padding and positions: prompts are left-padded and `position_ids = cumsum(attention_mask) - 1` (what
 `generate` does), both when sampling and in `token_logprobs`, so training-side log-probs equal the sampler's.
@@ -28,6 +28,8 @@ from torch.utils.checkpoint import checkpoint
 
 from rpgrl.decode import StaticDecoder, supported
 from rpgrl.errors import UsageError
+from rpgrl.packed import response_states as packed_response_states
+from rpgrl.packed import supported as packed_supported
 
 
 @dataclass
@@ -508,8 +510,20 @@ def prompt_runs(rollout: Rollout) -> tuple[Tensor, Tensor] | None:
     return first, inverse
 
 
-def _response_states(model, rollout: Rollout, share_prompts: bool) -> Tensor:
+def _forward_path(model, forward: str) -> str:
+    """The forward `token_logprobs` takes: 'packed' or 'transformers'."""
+    if forward not in ("auto", "packed", "transformers"):
+        raise ValueError(f"token_logprobs: forward must be auto, packed or transformers, got {forward!r}")
+    reason = packed_supported(model) if forward != "transformers" else None
+    if forward == "packed" and reason is not None:
+        raise ValueError(f"token_logprobs: forward='packed' does not support this model: {reason}")
+    return "transformers" if forward == "transformers" or reason is not None else "packed"
+
+
+def _response_states(model, rollout: Rollout, share_prompts: bool, forward: str = "auto") -> Tensor:
     """(B, T, H) final hidden states at positions P-1 .. P+T-2, the states that predict the response tokens."""
+    if _forward_path(model, forward) == "packed":  # supported: no dropout, no gradient checkpointing, in any mode
+        return packed_response_states(model, rollout, prompt_runs(rollout) if share_prompts else None)
     P = rollout.prompt_len
     decoder = model.get_decoder()
     pos = rollout.position_ids
@@ -553,6 +567,7 @@ def token_logprobs(
     chunk_size: int | None = None,
     with_entropy: bool = False,
     share_prompts: bool = True,
+    forward: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs of the response tokens under `model`, from logits / temperature: (B, T), 0 off the response mask.
 
@@ -567,8 +582,12 @@ def token_logprobs(
     With `share_prompts` (default), rows of one group that carry the same prompt are run as the sampler runs them:
     each distinct prompt once, its KV cache indexed out to the group's rows, then the responses on top, so the
     prompt's forward (and backward) is paid once per group instead of once per row; gradients through the shared
-    keys and values sum over the group, exactly as in separate forwards. Rows that share nothing take one plain
-    forward, and so does a model in train mode; `share_prompts=False` forces it.
+    keys and values sum over the group, exactly as in separate forwards; `share_prompts=False` runs every row's
+    prompt on its own.
+    forward: "packed" (`rpgrl.packed`: prompt and response tokens as one matrix of rows through every layer, the
+    attention alone split by prompt; Qwen2/Qwen3/Llama without dropout or gradient checkpointing), "transformers"
+    (the decoder's own forward, twice with shared prompts: prompts, then responses over the indexed cache; one plain
+    forward when nothing is shared or in train mode) or "auto": packed where `packed.supported(model)`.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
     """
     if not temperature > 0:
@@ -580,7 +599,7 @@ def token_logprobs(
     if P < 1:
         raise ValueError("token_logprobs: rollout has no prompt token to condition the first response token on")
     head = model.get_output_embeddings()
-    h = _response_states(model, rollout, share_prompts)  # (B, T, H): the state before each response token
+    h = _response_states(model, rollout, share_prompts, forward)  # (B, T, H): the state before each response token
     keep = rollout.response_mask.bool()  # (B, T)
     h_sel, tgt = h[keep], rollout.response_ids[keep]  # (N, H), (N,)
     lp, ent = head_logprobs(h_sel, tgt, head.weight, head.bias, temperature, chunk_size, with_entropy)

@@ -237,9 +237,10 @@ def test_warm_start_without_the_synthetic_task_creates_nothing(capsys, tmp_path)
     assert not out.exists()
 
 
-def test_static_decode_on_an_unsupported_model_creates_nothing(capsys, tmp_path):
-    """rollout.decode static on a model rpgrl.decode does not compute exactly (a GELU MLP) fails at setup, naming
-    the reason; 'auto' would fall back to the transformers path."""
+@pytest.mark.parametrize("key,value", [("rollout.decode", "static"), ("train.forward", "packed")])
+def test_static_decode_on_an_unsupported_model_creates_nothing(capsys, tmp_path, key, value):
+    """rollout.decode static / train.forward packed on a model rpgrl.decode / rpgrl.packed do not compute exactly
+    (a GELU MLP) fails at setup, naming the reason; 'auto' would fall back to the transformers path."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from rpgrl.models import build_byte_tokenizer
@@ -254,9 +255,9 @@ def test_static_decode_on_an_unsupported_model_creates_nothing(capsys, tmp_path)
     data = _jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1", "answer": "2"}])
     out = tmp_path / "run"
     argv = ["--model.path", str(tmp_path / "model"), "--data.train", data, "--data.reward", "math01",
-            "--sft.max_steps", "0", "--rollout.decode", "static", "--out", str(out)]  # fmt: skip
+            "--sft.max_steps", "0", f"--{key}", value, "--out", str(out)]  # fmt: skip
     err = _fail(capsys, argv)
-    assert "rollout.decode static does not support this model (hidden_act 'gelu')" in err
+    assert f"{key} {value} does not support this model (hidden_act 'gelu')" in err
     assert not out.exists()
 
 

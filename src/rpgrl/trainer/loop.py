@@ -352,7 +352,7 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
     for mrows in rows.split(cfg.train.micro_batch_size):
         mb = batch.select(mrows)
         logp, ent = token_logprobs(model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk,
-                                   with_entropy=capture is not None)  # fmt: skip
+                                   with_entropy=capture is not None, forward=cfg.train.forward)  # fmt: skip
         if capture is not None:
             capture.append((mrows, logp.detach(), ent.detach()))
         old = logp.detach() if old_logp is None else old_logp[mrows]
@@ -543,6 +543,7 @@ def _batched_logprobs(model, batch, cfg: Config, with_entropy: bool = False):
             temperature=cfg.rollout.temperature,
             chunk_size=cfg.train.logprob_chunk,
             with_entropy=with_entropy,
+            forward=cfg.train.forward,
         )
         lps.append(lp)
         ents.append(ent)
@@ -668,6 +669,7 @@ def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
         seed=cfg.train.seed,
         max_new_tokens=cfg.rollout.max_new_tokens,
         progress=cfg.train.progress,
+        forward=cfg.train.forward,
     )
     info = dataclasses.asdict(stats)
     print0(

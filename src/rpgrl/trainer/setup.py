@@ -128,14 +128,16 @@ def model_vocab(cfg: Config, tokenizer) -> int | None:
 
 
 def _check_decode(cfg: Config, model) -> None:
-    """rollout.decode 'static' on a model (or its config) `rpgrl.decode` does not compute exactly: one line."""
+    """rollout.decode 'static' or train.forward 'packed' on a model (or its config) whose architecture `rpgrl.decode`
+    and `rpgrl.packed` do not compute exactly: one line."""
     from rpgrl.decode import supported
 
-    if cfg.rollout.decode != "static":
-        return
-    reason = supported(model)
+    asked = [k for k, v in (("rollout.decode", cfg.rollout.decode), ("train.forward", cfg.train.forward))
+             if v in ("static", "packed")]  # fmt: skip
+    reason = supported(model) if asked else None
     if reason is not None:
-        raise UsageError(f"rollout.decode static does not support this model ({reason}); use auto or transformers")
+        value = {"rollout.decode": "static", "train.forward": "packed"}[asked[0]]
+        raise UsageError(f"{asked[0]} {value} does not support this model ({reason}); use auto or transformers")
 
 
 @dataclasses.dataclass

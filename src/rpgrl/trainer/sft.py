@@ -93,13 +93,15 @@ def encode_targets(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
     return [t + [tokenizer.eos_token_id] for t in ids]
 
 
-def sft_loss(model, tokenizer, prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> torch.Tensor:
+def sft_loss(model, tokenizer, prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+             forward: str = "auto") -> torch.Tensor:  # fmt: skip
     """Token-mean negative log-likelihood of `targets` (solution + EOS) given `prompts`; prompt tokens carry no loss.
 
-    Goes through `make_rollout` + `token_logprobs`, the same left-padded layout and position ids as RL updates.
+    Goes through `make_rollout` + `token_logprobs` (`forward` as there), the same left-padded layout and position
+    ids as RL updates.
     """
     batch = make_rollout(tokenizer, prompts, targets, device=model_device(model))
-    logp, _ = token_logprobs(model, batch)  # (B, T)
+    logp, _ = token_logprobs(model, batch, forward=forward)  # (B, T)
     return -(logp * batch.response_mask).sum() / batch.response_mask.sum()
 
 
@@ -126,6 +128,7 @@ def warm_start(
     max_new_tokens: int = 48,
     progress: bool = False,
     log: Callable[[int, dict[str, float]], None] | None = None,
+    forward: str = "auto",
 ) -> SFTStats:
     """Supervised fine-tuning of `model` in place until held-out greedy accuracy reaches `cfg.target_accuracy`.
 
@@ -134,6 +137,7 @@ def warm_start(
     and EOS (prompt tokens are context only). Batches are drawn without replacement, reshuffled each epoch
     (seeded). Greedy accuracy on `val_problems` is measured every `cfg.eval_every` steps and at the last step;
     `log(step, metrics)` receives `sft/loss`, `sft/lr` each step and `eval/greedy_acc` at evaluations.
+    `forward`: the training forward of `rollout.token_logprobs` (auto, packed or transformers).
     Returns SFTStats; the model is left in eval mode.
     """
     if cfg.max_steps < 0 or cfg.batch_size < 1 or cfg.eval_every < 1 or not cfg.lr > 0:
@@ -151,7 +155,8 @@ def warm_start(
     while step < cfg.max_steps and not reached:
         idx = next(batches)
         lr = cosine_lr(step, peak=cfg.lr, warmup=warmup_steps, total=cfg.max_steps, min_ratio=min_lr_ratio)
-        loss = _sft_step(model, tokenizer, opt, [prompts[i] for i in idx], [targets[i] for i in idx], lr, grad_clip)
+        loss = _sft_step(model, tokenizer, opt, [prompts[i] for i in idx], [targets[i] for i in idx], lr, grad_clip,
+                         forward)  # fmt: skip
         step += 1
         metrics = {"sft/loss": loss, "sft/lr": lr}
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
@@ -198,12 +203,12 @@ def _epochs(n: int, batch_size: int, gen: torch.Generator) -> Iterator[list[int]
     return batches()
 
 
-def _sft_step(model, tokenizer, opt, prompts, targets, lr: float, grad_clip: float) -> float:
+def _sft_step(model, tokenizer, opt, prompts, targets, lr: float, grad_clip: float, forward: str = "auto") -> float:
     """One AdamW step on the NLL of `targets` given `prompts` at learning rate `lr`; returns the loss."""
     for group in opt.param_groups:
         group["lr"] = lr
     model.train()
-    loss = sft_loss(model, tokenizer, prompts, targets)
+    loss = sft_loss(model, tokenizer, prompts, targets, forward)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip > 0:

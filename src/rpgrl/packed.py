@@ -1,0 +1,115 @@
+"""The training forward on packed tokens: the states that predict a rollout's response tokens, for Qwen2 / Qwen3 /
+Llama-style causal LMs, differentiable, with each distinct prompt run once per group.
+
+Why: the `transformers` path with shared prompts (`rollout._response_states`) runs the decoder twice, once on the
+U distinct prompts and once on the B responses over an indexed cache. Every weight then gets two gradient products
+in backward, the prompt's with K = U x P rows (a thin, slow product), and an accumulation add of the two. Here the
+U x P prompt tokens and the B x T response tokens are one (N, H) matrix of rows: every linear layer, norm and MLP
+runs once over all of them (one product per weight forward and backward, no accumulation), and only the attention
+sees the structure. It runs twice per layer: the prompts among themselves (U, P) and the responses (B, T) over their
+group's prompt keys and their own.
+
+The math is the model's own: the norms, projections, q/k norms and MLPs are the model's modules, called on the
+packed rows (so their exact code runs, LoRA-wrapped linears included); RoPE takes the cos/sin of the model's rotary
+module, and the attention is `scaled_dot_product_attention` with the module's own `scaling` over the valid
+(non-padding) keys, as transformers' SDPA attention computes it. `tests/test_packed.py` checks log-probs and every
+parameter's gradient against the `transformers` forward in float64.
+
+Shapes: B rows (U distinct prompts), P prompt positions (left-padded), T response positions, H hidden, nh / nkv
+heads of size hd, N = U P + B T packed rows.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def supported(model) -> str | None:
+    """None if `response_states` computes exactly what `model`'s own forward computes in its current mode, else the
+    reason it does not (then `rollout.token_logprobs` takes the `transformers` path)."""
+    from rpgrl.decode import supported as arch_supported
+
+    reason = arch_supported(model)
+    if reason is not None:
+        return reason
+    if model.training and getattr(model, "is_gradient_checkpointing", False):
+        return "gradient checkpointing (train mode)"
+    if model.training and getattr(model.config, "attention_dropout", 0.0):
+        return "attention dropout (train mode)"
+    core = model.get_decoder()
+    skipped = [core, *core.layers, *(layer.self_attn for layer in core.layers)]  # modules whose forward is not called
+    if any(m._forward_hooks or m._forward_pre_hooks for m in skipped):
+        return "forward hooks on the decoder, its layers or their attention modules"
+    return None
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat((-x2, x1), -1)
+
+
+def _masks(prompt_mask: Tensor, response_mask: Tensor, inverse: Tensor) -> tuple[Tensor, Tensor]:
+    """Boolean attention masks: the prompts' (U, 1, P, P) and the responses' (B, 1, T, P + T). A query sees the
+    valid keys at or before its position; a padding query also sees itself (no empty row, so no NaN: its output is
+    read by nobody)."""
+    P, T, dev = prompt_mask.shape[1], response_mask.shape[1], prompt_mask.device
+    pm, rm = prompt_mask.bool(), response_mask.bool()
+    causal_p = torch.ones(P, P, dtype=torch.bool, device=dev).tril()
+    causal_t = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+    eye_p, eye_t = torch.eye(P, dtype=torch.bool, device=dev), torch.eye(T, dtype=torch.bool, device=dev)
+    prompt = (causal_p & pm[:, None, :]) | eye_p  # (U, P, P)
+    own = (causal_t & rm[:, None, :]) | eye_t  # (B, T, T)
+    response = torch.cat([pm[inverse][:, None, :].expand(-1, T, -1), own], -1)  # (B, T, P + T)
+    return prompt[:, None], response[:, None]
+
+
+def response_states(model, rollout, runs: tuple[Tensor, Tensor] | None) -> Tensor:
+    """(B, T, H) final hidden states (after the final norm) at positions P-1 .. P+T-2, the states that predict the
+    response tokens. `runs` = (first (U,), inverse (B,)) from `rollout.prompt_runs`: the first row of each run of
+    rows sharing a prompt and each row's run; None runs every row's prompt on its own."""
+    core = model.get_decoder()
+    P = rollout.prompt_len
+    B, T = rollout.response_mask.shape
+    if runs is None:
+        runs = torch.arange(B, device=rollout.input_ids.device), torch.arange(B, device=rollout.input_ids.device)
+    first, inverse = runs
+    U = first.numel()
+    ids, pos, att = rollout.input_ids, rollout.position_ids, rollout.attention_mask
+    flat_ids = torch.cat([ids[first, :P].reshape(-1), ids[:, P:].reshape(-1)])  # (N,)
+    flat_pos = torch.cat([pos[first, :P].reshape(-1), pos[:, P:].reshape(-1)])
+    x = core.embed_tokens(flat_ids)  # (N, H)
+    cos, sin = core.rotary_emb(x[None], flat_pos[None])  # (1, N, hd): the model's own RoPE, its scaling included
+    rope = cos[0, :, None], sin[0, :, None]  # (N, 1, hd), broadcast over heads
+    masks = _masks(att[first, :P], att[:, P:], inverse)
+    for layer in core.layers:
+        x = x + _attention(layer.self_attn, layer.input_layernorm(x), rope, masks, inverse, (U, P, B, T))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    x = core.norm(x)
+    last_prompt = x[: U * P].view(U, P, -1)[:, -1][inverse]  # (B, H): the state before each first response token
+    return torch.cat([last_prompt[:, None], x[U * P :].view(B, T, -1)[:, :-1]], 1)
+
+
+def _attention(attn, h: Tensor, rope: tuple[Tensor, Tensor], masks: tuple[Tensor, Tensor], inverse: Tensor,
+               dims: tuple[int, int, int, int]) -> Tensor:  # fmt: skip
+    """One attention module on the packed rows h (N, H): q/k/v projections (and Qwen3's q/k norms), RoPE, the
+    prompts' attention and the responses' over their prompt's keys and their own, then o_proj. Returns (N, H)."""
+    U, P, B, T = dims
+    hd = attn.head_dim
+    q = attn.q_proj(h).view(h.shape[0], -1, hd)  # (N, nh, hd)
+    k = attn.k_proj(h).view(h.shape[0], -1, hd)  # (N, nkv, hd)
+    v = attn.v_proj(h).view(h.shape[0], -1, hd)
+    if hasattr(attn, "q_norm"):
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    cos, sin = rope
+    q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+    n = U * P
+    qp, kp, vp = (t[:n].view(U, P, -1, hd).transpose(1, 2) for t in (q, k, v))  # (U, heads, P, hd)
+    qr, kr, vr = (t[n:].view(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, hd)
+    gqa = q.shape[1] != k.shape[1]
+    out_p = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=masks[0], scale=attn.scaling, enable_gqa=gqa)
+    keys, values = torch.cat([kp[inverse], kr], 2), torch.cat([vp[inverse], vr], 2)  # (B, nkv, P + T, hd)
+    out_r = F.scaled_dot_product_attention(qr, keys, values, attn_mask=masks[1], scale=attn.scaling, enable_gqa=gqa)
+    out = torch.cat([out_p.transpose(1, 2).reshape(n, -1), out_r.transpose(1, 2).reshape(B * T, -1)])
+    return attn.o_proj(out)

@@ -1,0 +1,139 @@
+"""The packed training forward (`rpgrl.packed`) computes the model's own log-probs and gradients: against one
+unpadded forward per row of the `transformers` model (float64; Qwen2 with biases, Qwen3 with q/k norms, Llama with
+attention biases and another attention scale; left-padded prompts of different lengths, responses cut at EOS,
+shared and unshared prompts, a selection that splits groups), in eval and train mode; and it is not taken where it
+would not be exact (dropout in train mode, gradient checkpointing, hooks, other architectures)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_decode import models
+
+from rpgrl.models import build_char_tokenizer, build_tiny_model
+from rpgrl.packed import supported
+from rpgrl.rollout import sample, token_logprobs
+
+CHARS = "0123456789+-=:\nAQnswer "
+PROMPTS = ["Q:1+2\n", "Q:123+456\n", "Q:7\n", "Q:99-12=\n"]  # different lengths: left padding
+NAMES = ["qwen2", "qwen3", "llama", "llama-scaling", "qwen3-norms"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer(CHARS)
+
+
+def _rollout(model, tok, seed: int, n: int = 3, max_new_tokens: int = 9):
+    prompts = [tok(p)["input_ids"] for p in PROMPTS]
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("=")]  # a second stop token: responses of many lengths
+    r = sample(model, tok, prompts, n=n, max_new_tokens=max_new_tokens, eos_token_ids=eos,
+               generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    assert len(set(r.lengths.tolist())) > 1  # some rows stop early: padding after EOS is exercised
+    return r
+
+
+def _reference(model, r, weights: torch.Tensor) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """Per row: one unpadded full forward of the model, log-softmax of its logits at the response positions; and
+    the gradient of sum(logp * weights) with respect to every parameter."""
+    model.zero_grad()
+    out, total = [], 0.0
+    for i in range(len(r)):
+        prompt = r.prompt_ids[i][r.attention_mask[i, : r.prompt_len].bool()]
+        resp = r.response_ids[i, : int(r.lengths[i])]
+        logits = model(torch.cat([prompt, resp])[None]).logits[0]
+        lp = torch.log_softmax(logits, -1)[len(prompt) - 1 + torch.arange(len(resp)), resp]
+        out.append(lp.detach())
+        total = total + (lp * weights[i, : len(resp)]).sum()
+    total.backward()
+    return out, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def _packed(model, r, weights: torch.Tensor, share: bool = True):
+    model.zero_grad()
+    lp, _ = token_logprobs(model, r, forward="packed", share_prompts=share)
+    (lp * weights).sum().backward()
+    return lp.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def _assert_matches(model, r, share: bool = True) -> None:
+    weights = torch.randn(r.response_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want_lp, want_grad = _reference(model, r, weights)
+    got_lp, got_grad = _packed(model, r, weights, share)
+    for i, want in enumerate(want_lp):
+        torch.testing.assert_close(got_lp[i, : len(want)], want, rtol=0, atol=1e-12)
+        assert (got_lp[i, len(want) :] == 0).all()
+    assert set(got_grad) == set(want_grad)
+    for k, g in want_grad.items():
+        # transformers' RMSNorm computes in float32 even in a float64 model: the two computations round apart
+        # there (measured ~1e-9 of each tensor's largest entry); a lost or doubled gradient path is off by order 1
+        err = float((got_grad[k] - g).abs().max() / g.abs().max())
+        assert err < 1e-6, (k, err)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("share", [True, False])
+def test_logprobs_and_gradients_equal_a_forward_per_row(tok, name, share):
+    model = dict(models(tok, torch.float64))[name]
+    assert supported(model) is None
+    r = _rollout(model, tok, seed=NAMES.index(name))
+    _assert_matches(model, r, share)
+
+
+@pytest.mark.parametrize("rows", [[1, 2, 3], [0, 1, 2, 4, 5, 7], [5, 4, 3, 2], [0, 3, 6, 9]])
+def test_any_selection_of_rows(tok, rows):
+    """Micro-batches that split a group, single-row groups among shared ones, rows out of group order."""
+    model = dict(models(tok, torch.float64))["qwen2"]
+    r = _rollout(model, tok, seed=11).select(rows).compact()
+    _assert_matches(model, r)
+
+
+def test_train_mode_without_dropout_takes_the_packed_forward(tok):
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=5).double()
+    r = _rollout(model, tok, seed=2)
+    model.train()
+    assert supported(model) is None
+    _assert_matches(model, r)
+
+
+def test_where_it_is_not_exact_it_is_not_taken(tok):
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=5).double()
+    r = _rollout(model, tok, seed=3)
+    with torch.no_grad():
+        want, _ = token_logprobs(model, r, forward="transformers", share_prompts=False)
+
+    model.config.attention_dropout = 0.5
+    assert supported(model) is None  # eval mode: no dropout
+    model.train()
+    assert supported(model) == "attention dropout (train mode)"
+    model.config.attention_dropout = 0.0
+
+    model.gradient_checkpointing_enable()
+    assert supported(model) == "gradient checkpointing (train mode)"
+    with pytest.raises(ValueError, match="forward='packed' does not support this model: gradient checkpointing"):
+        token_logprobs(model, r, forward="packed")
+    got, _ = token_logprobs(model, r)  # auto: the transformers path, same values
+    torch.testing.assert_close(got.detach(), want, rtol=0, atol=1e-12)
+    model.gradient_checkpointing_disable()
+    model.eval()
+
+    handle = model.model.layers[0].self_attn.register_forward_hook(lambda *a: None)
+    assert supported(model) == "forward hooks on the decoder, its layers or their attention modules"
+    handle.remove()
+    assert supported(model) is None  # hooks on the modules it calls (the embedding's, left by checkpointing) run
+
+    model.config.use_sliding_window = True
+    assert "sliding-window" in supported(model)
+    model.config.use_sliding_window = False
+    with pytest.raises(ValueError, match="forward must be auto, packed or transformers"):
+        token_logprobs(model, r, forward="fast")
+
+
+def test_float32_agrees_with_float64(tok):
+    """The default dtype: packed float32 log-probs against the float64 model's, to float32 rounding."""
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=7)
+    r = _rollout(model, tok, seed=4)
+    with torch.no_grad():
+        got, _ = token_logprobs(model, r, forward="packed")
+        want, _ = token_logprobs(model.double(), r, forward="transformers", share_prompts=False)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)
