@@ -207,8 +207,11 @@ def markdown(result: dict) -> str:
     prev = result.get("previous")
     if prev:
         ratio = mean_wall / prev["mean_wall_seconds"]
+        other = (prev.get("hardware") or {}).get("cpu") != result["hardware"]["cpu"]
         lines[0] += (f" Mean wall time {mean_wall:.0f} s against {prev['mean_wall_seconds']:.0f} s at commit "
-                     f"{prev['commit'][:7]} ({prev['hardware']['cpu']}): {ratio:.2f}x.")  # fmt: skip
+                     f"{prev['commit'][:7]} ({prev['hardware']['cpu']}): {ratio:.2f}x"
+                     + (" (another machine: this compares machines, not code; `--same-sitting` compares code)."
+                        if other else "."))  # fmt: skip
     phases = {k for r in result["runs"] for k in r.get("rl_phase_seconds", {})}
     if phases:
         per = {k: sum(r["rl_phase_seconds"].get(k, 0.0) for r in result["runs"]) / len(result["runs"]) for k in phases}

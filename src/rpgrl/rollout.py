@@ -580,10 +580,9 @@ def token_logprobs(
     gradients are enabled each chunk is wrapped in `torch.utils.checkpoint`, so at most one (chunk_size, V) float32
     logits block is alive at a time.
     With `share_prompts` (default), rows of one group that carry the same prompt are run as the sampler runs them:
-    each distinct prompt once, its KV cache indexed out to the group's rows, then the responses on top, so the
-    prompt's forward (and backward) is paid once per group instead of once per row; gradients through the shared
-    keys and values sum over the group, exactly as in separate forwards; `share_prompts=False` runs every row's
-    prompt on its own.
+    each distinct prompt once, its keys and values serving every row of the group, so the prompt's forward (and
+    backward) is paid once per group instead of once per row; gradients through the shared keys and values sum over
+    the group, exactly as in separate forwards; `share_prompts=False` runs every row's prompt on its own.
     forward: "packed" (`rpgrl.packed`: prompt and response tokens as one matrix of rows through every layer, the
     attention alone split by prompt; Qwen2/Qwen3/Llama without dropout or gradient checkpointing), "transformers"
     (the decoder's own forward, twice with shared prompts: prompts, then responses over the indexed cache; one plain
