@@ -436,3 +436,23 @@ def test_sampled_accuracy_at_a_vanishing_temperature_is_the_greedy_accuracy():
     hot = tiny()  # at temperature 1 the samples differ between seeds, and the value is a mean over k x n
     values = {loop.sampled_accuracy(model, tokenizer, prompts, answers, hot, 4, seed=s) for s in range(4)}
     assert len(values) > 1 and all(round(v * 32) == v * 32 for v in values)
+
+
+@pytest.mark.parametrize("forward,packed", [("auto", True), ("packed", True), ("transformers", False)])
+def test_train_forward_reaches_every_training_forward(monkeypatch, tmp_path, forward, packed):
+    """train.forward picks the forward of the warm start and the update (with gradients) and of the old-log-prob
+    pass (without): the packed forward runs in each, or in none."""
+    import rpgrl.rollout
+
+    grad_modes = []
+    real = rpgrl.rollout.packed_response_states
+
+    def counted(*args, **kwargs):
+        grad_modes.append(torch.is_grad_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rpgrl.rollout, "packed_response_states", counted)
+    cfg = tiny(("train.forward", forward), ("sft.max_steps", "2"), ("train.old_logp", "forward"))
+    summary = loop.train(cfg, tmp_path / "run")
+    assert summary["sft"]["steps"] == 2 and summary["steps"] == 3
+    assert sorted(set(grad_modes)) == ([False, True] if packed else [])
