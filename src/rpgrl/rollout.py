@@ -18,7 +18,7 @@ Left out: vLLM or any other engine, stop strings, repetition penalties, top-k.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -386,15 +386,28 @@ def sample(
 
 def _decode_path(model, decode: str) -> str:
     """The decode path `sample` takes: 'static' or 'transformers'."""
-    if decode not in ("auto", "static", "transformers"):
-        raise ValueError(f"sample: decode must be auto, static or transformers, got {decode!r}")
-    reason = supported(model) if decode != "transformers" else None
-    if decode == "static" and reason is not None:
-        raise ValueError(f"sample: decode='static' does not support this model: {reason}")
-    if decode == "auto" and reason is None:  # the fused projections are copies of most weights: small models only
-        size = sum(p.numel() * p.element_size() for p in model.parameters())
-        reason = "weights over AUTO_STATIC_BYTES" if size > AUTO_STATIC_BYTES else None
-    return "transformers" if decode == "transformers" or reason is not None else "static"
+
+    def reason() -> str | None:
+        why = supported(model)
+        if why is None and decode == "auto":  # the fused projections are copies of most weights: small models only
+            size = sum(p.numel() * p.element_size() for p in model.parameters())
+            why = "weights over AUTO_STATIC_BYTES" if size > AUTO_STATIC_BYTES else None
+        return why
+
+    return _pick_path("sample", "decode", "static", decode, reason)
+
+
+def _pick_path(where: str, key: str, fast: str, choice: str, reason: Callable[[], str | None]) -> str:
+    """`fast` or 'transformers' for `choice` in (auto, `fast`, transformers): `fast` when `reason()` (why the model
+    does not suit it) is None; `fast` asked for on a model it does not suit is a ValueError naming the reason."""
+    if choice not in ("auto", fast, "transformers"):
+        raise ValueError(f"{where}: {key} must be auto, {fast} or transformers, got {choice!r}")
+    if choice == "transformers":
+        return "transformers"
+    why = reason()
+    if choice == fast and why is not None:
+        raise ValueError(f"{where}: {key}='{fast}' does not support this model: {why}")
+    return "transformers" if why is not None else fast
 
 
 AUTO_STATIC_BYTES = 2**31  # decode="auto" takes the static path for models up to 2 GiB of weights
@@ -512,12 +525,7 @@ def prompt_runs(rollout: Rollout) -> tuple[Tensor, Tensor] | None:
 
 def _forward_path(model, forward: str) -> str:
     """The forward `token_logprobs` takes: 'packed' or 'transformers'."""
-    if forward not in ("auto", "packed", "transformers"):
-        raise ValueError(f"token_logprobs: forward must be auto, packed or transformers, got {forward!r}")
-    reason = packed_supported(model) if forward != "transformers" else None
-    if forward == "packed" and reason is not None:
-        raise ValueError(f"token_logprobs: forward='packed' does not support this model: {reason}")
-    return "transformers" if forward == "transformers" or reason is not None else "packed"
+    return _pick_path("token_logprobs", "forward", "packed", forward, lambda: packed_supported(model))
 
 
 def _response_states(model, rollout: Rollout, share_prompts: bool, forward: str = "auto") -> Tensor:
