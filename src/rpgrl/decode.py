@@ -80,6 +80,16 @@ def _cat(*ts: Tensor | None) -> Tensor | None:
     return None if ts[0] is None else torch.cat(ts, 0)
 
 
+@torch.no_grad()
+def _fused(ws: tuple[Tensor, ...], scale: Tensor | None) -> Tensor:
+    """The weights (M_i, K) stacked into one (sum M_i, K) matrix, each column times `scale` (K,) if given, written
+    in one pass (no concatenated copy scaled afterwards)."""
+    out = ws[0].new_empty(sum(w.shape[0] for w in ws), ws[0].shape[1])
+    for w, rows in zip(ws, out.split([w.shape[0] for w in ws]), strict=True):
+        rows.copy_(w) if scale is None else torch.mul(w, scale, out=rows)
+    return out
+
+
 def _rms(x: Tensor, w: Tensor | None, eps: float) -> Tensor:
     """transformers' RMSNorm, op for op: x * rsqrt(mean(x^2) + eps) in float32 (also for a float64 or bfloat16
     model), back to x's dtype, then scaled by w (None: w was folded into the next product's weight)."""
@@ -137,18 +147,16 @@ class StaticDecoder:
         w = a.q_proj.weight
         kv = dict(size=(batch, self.nkv, length, self.hd), dtype=w.dtype, device=w.device)
         ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
-        wqkv = torch.cat([w, a.k_proj.weight, a.v_proj.weight], 0)
-        wgu = torch.cat([m.gate_proj.weight, m.up_proj.weight], 0)
         fold = w.element_size() >= 4  # folding the norm weights into the products costs a bf16 model precision
         return _Layer(
             ln1=None if fold else ln1,
-            wqkv=wqkv.mul_(ln1) if fold else wqkv,  # in place: the fused copy is this decoder's own
+            wqkv=_fused((w, a.k_proj.weight, a.v_proj.weight), ln1 if fold else None),
             bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
             qk_norm=qk_norm,
             wo=a.o_proj.weight,
             bo=a.o_proj.bias,
             ln2=None if fold else ln2,
-            wgu=wgu.mul_(ln2) if fold else wgu,
+            wgu=_fused((m.gate_proj.weight, m.up_proj.weight), ln2 if fold else None),
             wd=m.down_proj.weight,
             keys=torch.empty(**kv),
             values=torch.empty(**kv),
