@@ -20,11 +20,11 @@ def tok():
     return build_char_tokenizer(CHARS)
 
 
-@pytest.fixture(params=["rows", "columns"])
+@pytest.fixture(params=["rows", "weight_left"])
 def layout(request, monkeypatch):
-    """Both layouts of the layer products: x @ w^T (small models) and w @ x^T on column-major states (from
-    COLUMNS_MIN_HIDDEN on); the test models are small, so the threshold is moved to reach the second."""
-    monkeypatch.setattr(static_decode, "COLUMNS_MIN_HIDDEN", 10**9 if request.param == "rows" else 0)
+    """Both forms of the layer products: x @ w^T (small models) and w @ x^T (from WEIGHT_LEFT_MIN_HIDDEN on); the
+    test models are small, so the threshold is moved to reach the second."""
+    monkeypatch.setattr(static_decode, "WEIGHT_LEFT_MIN_HIDDEN", 10**9 if request.param == "rows" else 0)
     return request.param
 
 
@@ -101,7 +101,7 @@ def test_step_logits_equal_a_full_forward(tok, name, layout):
     ~1e-12)."""
     model = dict(models(tok, torch.float64))[name]
     assert supported(model) is None
-    assert StaticDecoder(model, 1, 1).columns == (layout == "columns")
+    assert StaticDecoder(model, 1, 1).weight_left == (layout == "weight_left")
     g = torch.Generator().manual_seed(0)
     extra = torch.randint(3, len(tok), (len(PROMPTS), 6), generator=g)
     ids, mask = _padded(PROMPTS)

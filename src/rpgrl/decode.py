@@ -1,14 +1,13 @@
 """A fast decode step for Qwen2 / Qwen3 / Llama-style causal LMs: a preallocated (static) KV cache and fused
 projections, reading the Hugging Face model's own weights.
 
-Why: one decode step of a small model through `transformers` spends most of its time outside the matrix products
-(module calls, cache bookkeeping, mask building: ~35 ops per layer for a 1-token query). This step does the same math
-in 4 matrix products per layer (q|k|v fused, o, gate|up fused, down; the residual adds fused into the o and down
-products) and two batched products for attention, on a cache that is written in place, never concatenated. From a
-hidden size of COLUMNS_MIN_HIDDEN on, the products run as w @ x^T on column-major hidden states, which this CPU's
-BLAS runs faster at few rows. The
-prompts are prefilled by the same layers (`prefill`: each distinct prompt once, its keys and values copied to the
-rows of its group), so no `transformers` cache is built at all.
+Why: one decode step of a small model through `transformers` spends most of its time outside the matrix products (module
+calls, cache bookkeeping, mask building: ~35 ops per layer for a 1-token query). This step does the same math in 4
+matrix products per layer (q|k|v fused, o, gate|up fused, down; at small hidden sizes the residual adds fused into the o
+and down products) and two batched products for attention, on a cache that is written in place, never concatenated. From
+a hidden size of WEIGHT_LEFT_MIN_HIDDEN on, the products run as w @ x^T (the weight on the left), which this CPU's BLAS
+runs faster at few rows. The prompts are prefilled by the same layers (`prefill`: each distinct prompt once, its keys
+and values copied to the rows of its group), so no `transformers` cache is built at all.
 
 The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`; in a float32 or float64 model the
 weight w is folded into the q|k|v and gate|up weights, a rounding-level difference), RoPE with the cos/sin of the
@@ -29,11 +28,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 ARCHS = ("qwen2", "qwen3", "llama")
-# From this hidden size on, the layer products run as w @ x^T with the hidden states kept column-major ((N, H),
-# strides (1, N)): on this machine's BLAS (2-core AMD EPYC, torch 2.13 CPU) that decode step ran x1.15 (hidden 256),
-# x1.2-1.3 (512) and x1.2-1.5 (1024) faster than x @ w^T at 32-128 rows, in-process A/B; at hidden 128 it was equal
-# at 32 rows and 5% slower at 256, so small models keep the row-major products.
-COLUMNS_MIN_HIDDEN = 256
+# From this hidden size on, the layer products run as w @ x^T: the weight is the left operand, the row-major hidden
+# states x (N, H) the transposed right one, and the (M, N) product is read transposed (a column-major (N, M) view;
+# the q|k|v split, the gated MLP's output and the residual adds write row-major again). In-process A/B, torch 2.13
+# CPU, 2 threads, 32-44 rows:
+#   - 2-core Intel Xeon (AVX-512), hidden 512 (bench_trl's 31M): sampling 8-10% faster than w @ x^T on
+#     column-major states (whose right operand is contiguous), which was itself faster than x @ w^T; at hidden 128,
+#     x @ w^T stays faster (6% at 32 rows, 18% at 256);
+#   - 2-core AMD EPYC, the column-major variant against x @ w^T: x1.15 (hidden 256), x1.2-1.3 (512), x1.2-1.5 (1024)
+#     at 32-128 rows, equal at hidden 128 (this row-major variant was not measured there).
+WEIGHT_LEFT_MIN_HIDDEN = 256
 
 
 def supported(model) -> str | None:
@@ -93,9 +97,7 @@ def _fused(ws: tuple[Tensor, ...], scale: Tensor | None) -> Tensor:
 def _rms(x: Tensor, w: Tensor | None, eps: float) -> Tensor:
     """transformers' RMSNorm, op for op: x * rsqrt(mean(x^2) + eps) in float32 (also for a float64 or bfloat16
     model), back to x's dtype, then scaled by w (None: w was folded into the next product's weight)."""
-    # float32: x itself (column-major here, so the mean sums in another order than transformers': rounding-level);
-    # another dtype is converted anyway, to the row-major layout, where the sums are transformers' own
-    h = x if x.dtype == torch.float32 else x.to(torch.float32, memory_format=torch.contiguous_format)
+    h = x.to(torch.float32)  # x itself in a float32 model
     h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
     return h if w is None else w * h
 
@@ -134,7 +136,7 @@ class StaticDecoder:
         self.rot = _rotate_half_matrix(self.hd, dtype, dev)
         self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
         self.softmax_dtype = torch.promote_types(dtype, torch.float32)  # attention weights in float32 or wider
-        self.columns = cfg.hidden_size >= COLUMNS_MIN_HIDDEN
+        self.weight_left = cfg.hidden_size >= WEIGHT_LEFT_MIN_HIDDEN
         self.filled = 0
         self.rows: Tensor | None = None  # the rows still computed (after compaction), None = all
         self.out: Tensor | None = None  # (B, V) logits of every row once rows are dropped
@@ -167,7 +169,7 @@ class StaticDecoder:
         first P positions of every row, each prompt `repeats` times (rows of a group adjacent), and return the
         logits (U, V) at each prompt's last position."""
         (U, P), nh, nkv, hd = ids.shape, self.nh, self.nkv, self.hd
-        x = self._layout(F.embedding(ids, self.embed).flatten(0, 1))  # (U P, H)
+        x = F.embedding(ids, self.embed).flatten(0, 1)  # (U P, H)
         cos, sin = self.cos[positions].flatten(0, 1), self.sin[positions].flatten(0, 1)  # (U P, nh + nkv, hd)
         keep = mask.bool()
         allowed = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril() & keep[:, None, :]  # (U, P, P)
@@ -213,7 +215,7 @@ class StaticDecoder:
 
     def _forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         B, s, nh, nkv, hd = tokens.shape[0], self.filled, self.nh, self.nkv, self.hd
-        x = self._layout(F.embedding(tokens, self.embed))  # (B, H)
+        x = F.embedding(tokens, self.embed)  # (B, H)
         cos, sin = self.cos[positions], self.sin[positions]  # (B, nh + nkv, hd)
         bias = self.bias[:, None, None, : s + 1].expand(B, nkv, 1, s + 1).reshape(B * nkv, 1, s + 1)  # 0 or -inf
         for L in self.layers:
@@ -231,7 +233,7 @@ class StaticDecoder:
         """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times the attention's scale,
         folded into cos/sin (N, nh + nkv, hd)), and values (N, nkv, hd)."""
         nh, nkv, hd = self.nh, self.nkv, self.hd
-        qkv = _linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv, self.columns)
+        qkv = _linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv, self.weight_left)
         qkv = qkv.contiguous().view(x.shape[0], nh + 2 * nkv, hd)  # row-major again: RoPE and attention read rows
         qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
         if L.qk_norm is not None:
@@ -240,27 +242,24 @@ class StaticDecoder:
 
     def _attn_out_and_mlp(self, L: _Layer, x: Tensor, att: Tensor) -> Tensor:
         """The rest of a layer: x (N, H) + o(att (N, nh hd)), then + down(silu(gate) * up) of its norm."""
-        x = _residual(x, att, L.wo, L.bo, self.columns)
-        gate, up = _linear(_rms(x, L.ln2, self.eps), L.wgu, None, self.columns).chunk(2, -1)
-        return _residual(x, F.silu(gate) * up, L.wd, None, self.columns)
-
-    def _layout(self, x: Tensor) -> Tensor:
-        """x (N, H) in the layout the layer products keep: column-major (a copy) or as it is."""
-        return x.t().contiguous().t() if self.columns else x
+        x = _residual(x, att, L.wo, L.bo, self.weight_left)
+        gate, up = _linear(_rms(x, L.ln2, self.eps), L.wgu, None, self.weight_left).chunk(2, -1)
+        # weight_left: gate and up are column-major views; their product is written row-major for the down product
+        act = torch.mul(F.silu(gate), up, out=x.new_empty(gate.shape)) if self.weight_left else F.silu(gate) * up
+        return _residual(x, act, L.wd, None, self.weight_left)
 
 
-def _linear(x: Tensor, w: Tensor, b: Tensor | None, columns: bool) -> Tensor:
-    """x @ w^T (+ b) for x (N, K), w (M, K): (N, M). `columns`: computed as (w @ x^T)^T, column-major."""
-    if not columns:
+def _linear(x: Tensor, w: Tensor, b: Tensor | None, weight_left: bool) -> Tensor:
+    """x @ w^T (+ b) for x (N, K), w (M, K): (N, M). `weight_left`: computed as w @ x^T, the (M, N) product returned
+    transposed (a column-major view)."""
+    if not weight_left:
         return F.linear(x, w, b)
     return (torch.mm(w, x.t()) if b is None else torch.addmm(b[:, None], w, x.t())).t()
 
 
-def _residual(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None, columns: bool) -> Tensor:
-    """x + a @ w^T (+ b) for x (N, H), a (N, K), w (H, K), in one addmm without a bias (on the transposed layout
-    with `columns`, x column-major)."""
-    if not columns:
+def _residual(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None, weight_left: bool) -> Tensor:
+    """x + a @ w^T (+ b) for x (N, H), a (N, K), w (H, K), row-major like x: the add fused into the product's addmm
+    (rows, no bias), or after it (the sum takes x's layout)."""
+    if not weight_left:
         return torch.addmm(x, a, w.t()) if b is None else x + torch.addmm(b, a, w.t())
-    if b is None:
-        return torch.addmm(x.t(), w, a.t()).t()
-    return (x.t() + torch.addmm(b[:, None], w, a.t())).t()
+    return x + _linear(a, w, b, True)
