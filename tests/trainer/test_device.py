@@ -95,3 +95,33 @@ def test_the_audit_finds_what_it_looks_for(tmp_path):
         "bad.py:5 device('cpu')",
         "bad.py:5 to('cuda')",
     ]
+
+
+@pytest.mark.parametrize("scale", [1e-3, 0.9, 1.0, 50.0, float("nan")])
+def test_clip_grad_norm_equals_torch_bit_for_bit(scale):
+    """Below the max norm the gradients are left untouched (torch multiplies them by exactly 1.0), above it they are
+    scaled as torch scales them, a NaN gradient is propagated as torch propagates it; the total norm is torch's."""
+    from rpgrl.trainer.device import clip_grad_norm
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(7, 5), (5,), (3, 4, 2)]
+    grads = [torch.randn(s, generator=gen) for s in shapes]
+    norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])).item()
+    grads = [g * (scale / norm) for g in grads]  # total norm ~ scale, around the max norm of 1.0 below
+
+    def params():
+        ps = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = g.clone()
+        return ps
+
+    ours, theirs = params(), params()
+    total = clip_grad_norm([*ours, torch.nn.Parameter(torch.zeros(2))], 1.0)  # one without a gradient: skipped
+    expected = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    assert torch.equal(total, expected) or (total.isnan() and expected.isnan())
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a.grad.nan_to_num(7.0), b.grad.nan_to_num(7.0))
+    if scale == 50.0:  # it did clip: the new norm is the max norm
+        assert abs(torch.nn.utils.get_total_norm([p.grad for p in ours]).item() - 1.0) < 1e-5
+    if scale == 0.9:
+        assert all(torch.equal(p.grad, g) for p, g in zip(ours, grads, strict=True))

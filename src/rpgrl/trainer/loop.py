@@ -45,7 +45,7 @@ from rpgrl.trainer.checkpoint import (
     save_checkpoint,
     write_text_atomic,
 )
-from rpgrl.trainer.device import model_device
+from rpgrl.trainer.device import clip_grad_norm, model_device
 from rpgrl.trainer.log import (
     MetricsFile,
     Progress,
@@ -364,7 +364,7 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
         m[M.KL_ANCHOR] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
         micro.append(m)
         weights.append(float(mb.response_mask.sum()))
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip or math.inf)
+    grad_norm = clip_grad_norm(params, cfg.optim.grad_clip or math.inf)
     stepped = bool(torch.isfinite(grad_norm))
     if stepped:
         opt.step()

@@ -20,7 +20,7 @@ import torch
 
 from rpgrl.rewards import get_reward
 from rpgrl.rollout import make_rollout, sample, token_logprobs
-from rpgrl.trainer.device import fusable, model_device
+from rpgrl.trainer.device import clip_grad_norm, fusable, model_device
 
 if TYPE_CHECKING:
     from rpgrl.config import SFTConfig
@@ -212,7 +212,7 @@ def _sft_step(model, tokenizer, opt, prompts, targets, lr: float, grad_clip: flo
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        clip_grad_norm(list(model.parameters()), grad_clip)
     opt.step()
     return loss.item()
 
