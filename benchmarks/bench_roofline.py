@@ -4,7 +4,8 @@ Run (heavy: take the shared lock):  flock /tmp/rpgrl-heavy.lock .venv/bin/python
 Writes benchmarks/results/roofline.json and roofline.md.
 
 In one process, 2 torch threads:
-  1. `gemm_gflops`: the float32 GEMM rate (torch.mm, best of several repetitions) at a large square shape, measured
+  1. `gemm_gflops`: the float32 GEMM rate (the faster of torch.mm, the BLAS, and oneDNN on a weight reordered once,
+     as rpgrl.decode runs it; best of several repetitions; `gemm_kernels` has both) at a large square shape, measured
      at the start and again after each configuration, the best of them (`gemm_gflops_samples`: a shared machine
      drifts, and its limit is the best it showed), and at the shapes the 31M model's decode and update multiply
      (recorded under `gemm_shapes`).
@@ -58,8 +59,11 @@ def _best(fn, reps: int) -> float:
     return min(times)
 
 
+GEMM_OPS = ("aten::mm", "aten::addmm", "mkldnn::_linear_pointwise")  # the weight products' ops (BLAS or oneDNN)
+
+
 def gemm_share(fn) -> float:
-    """The weight matrix products' (aten::mm, aten::addmm) share of the CPU time of one call of `fn`, profiled.
+    """The weight matrix products' (GEMM_OPS) share of the CPU time of one call of `fn`, profiled.
     1 / share bounds the speed-up of anything that leaves those products as they are (the profiler's per-op cost
     inflates the other ops, so the bound is generous)."""
     import torch
@@ -68,22 +72,39 @@ def gemm_share(fn) -> float:
         fn()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
-    return sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm")) / total
+    return sum(e.self_cpu_time_total for e in events if e.key in GEMM_OPS) / total
 
 
 def gemm_gflops(m: int, n: int, k: int, reps: int = 7) -> float:
+    """The machine's float32 rate for an (m, k) x (k, n) product: the faster of its kernels (`gemm_kernel_gflops`)."""
+    return max(gemm_kernel_gflops(m, n, k, reps).values())
+
+
+def gemm_kernel_gflops(m: int, n: int, k: int, reps: int = 7) -> dict[str, float]:
+    """GFLOP/s of an (m, k) x (k, n) float32 product by torch.mm (`blas`: MKL in the CPU wheel) and, where the build
+    has it, by oneDNN with the (n, k) weight reordered once (`onednn`: what rpgrl.decode runs from hidden 256 on; on
+    an AMD EPYC it measured 10-30% above MKL)."""
     import torch
+
+    from rpgrl.decode import onednn_available
 
     a, b = torch.randn(m, k), torch.randn(k, n)
     c = torch.empty(m, n)
     inner = max(1, int(2e9 / (2 * m * n * k)))  # ~2 GFLOP per timed repetition
-    torch.mm(a, b, out=c)
+    kernels = {"blas": lambda: torch.mm(a, b, out=c)}
+    if onednn_available(torch.float32, torch.device("cpu")):
+        w = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), m)
+        kernels["onednn"] = lambda: torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")
+    rates = {}
+    for name, f in kernels.items():
+        f()
 
-    def run():
-        for _ in range(inner):
-            torch.mm(a, b, out=c)
+        def run(f=f):
+            for _ in range(inner):
+                f()
 
-    return 2 * m * n * k * inner / _best(run, reps) / 1e9
+        rates[name] = 2 * m * n * k * inner / _best(run, reps) / 1e9
+    return rates
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,7 +275,7 @@ def step_seconds(arch: dict, g: int, new_tokens: int, reps: int) -> float:
 
 def decode_profile(arch: dict, steps: int = 16) -> dict:
     """One static-cache decode loop (G x PROMPTS_PER_STEP rows) under the profiler and, separately, timed eager and
-    under torch.compile(dynamic=True). `gemm_share`: the weight matrix products' (aten::mm, aten::addmm) share of
+    under torch.compile(dynamic=True). `gemm_share`: the weight matrix products' (GEMM_OPS) share of
     the step's CPU time; 1 / gemm_share bounds any speed-up that leaves those products as they are."""
     import torch
 
@@ -286,7 +307,7 @@ def decode_profile(arch: dict, steps: int = 16) -> dict:
             loop(StaticDecoder._forward)
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events)
-        gemm = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm"))
+        gemm = sum(e.self_cpu_time_total for e in events if e.key in GEMM_OPS)
         eager = min(loop(StaticDecoder._forward) for _ in range(3))
         compiled_fn = torch.compile(StaticDecoder._forward, dynamic=True)
         t = time.perf_counter()
@@ -368,7 +389,8 @@ def main() -> None:
         "decode gate|up 32x512x3072": (32, 2 * inter, h),
         "update mlp 1024x512x1536": (1024, inter, h),
     }
-    gemm = {k: gemm_gflops(*v) for k, v in shapes.items()}
+    kernels = {k: gemm_kernel_gflops(*v) for k, v in shapes.items()}
+    gemm = {k: max(v.values()) for k, v in kernels.items()}
     samples = [gemm["square 2048"]]  # and again after each configuration: the limit is the best of them
     print(f"GEMM: {json.dumps({k: round(v, 1) for k, v in gemm.items()})}", flush=True)
 
@@ -409,7 +431,8 @@ def main() -> None:
     info = {
         "commit": _commit(),
         "versions": versions(), "hardware": hardware() | {"torch_threads": THREADS},
-        "gemm_gflops": peak, "gemm_gflops_samples": samples, "gemm_shapes": gemm, "sizes": sizes,
+        "gemm_gflops": peak, "gemm_gflops_samples": samples, "gemm_shapes": gemm, "gemm_kernels": kernels,
+        "sizes": sizes,
         "decode_profile": decode, "scaling": scaling,
         "logprob_memory": memory,
         "seconds": time.perf_counter() - t0,
@@ -465,10 +488,12 @@ def markdown(info: dict) -> str:
         f"{hw['cpu']}, {hw['torch_threads']} threads of {hw['logical_cpus']} logical CPUs. "
         "Written by `benchmarks/bench_roofline.py` (its docstring says what is counted).",
         "",
-        f"Measured GEMM rate (torch.mm, float32, 2048^3, the best of "
+        f"Measured GEMM rate (float32, 2048^3, the faster of torch.mm and oneDNN, the best of "
         f"{', '.join(f'{g:.0f}' for g in info['gemm_gflops_samples'])} measured before and after each "
         f"configuration): **{info['gemm_gflops']:.1f} GFLOP/s**; at the 31M model's shapes: "
         + ", ".join(f"{k} {g:.1f}" for k, g in info["gemm_shapes"].items() if k != "square 2048")
+        + ". Per kernel (GFLOP/s, blas = torch.mm, onednn = a weight reordered once): "
+        + "; ".join(f"{k}: " + ", ".join(f"{n} {g:.1f}" for n, g in v.items()) for k, v in info["gemm_kernels"].items())
         + ".",
         "",
         "| config | params | step shape | phase | tokens/s | GFLOP/s | fraction of GEMM rate |",

@@ -4,11 +4,13 @@ through it gives the same tokens and log-probs as the `transformers` path under 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 import rpgrl.decode as static_decode
-from rpgrl.decode import StaticDecoder, supported
+from rpgrl.decode import StaticDecoder, onednn_available, supported
 from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.rollout import position_ids, sample, token_logprobs
 
@@ -20,11 +22,23 @@ def tok():
     return build_char_tokenizer(CHARS)
 
 
-@pytest.fixture(params=["rows", "weight_left"])
+ONEDNN = onednn_available(torch.float32, torch.device("cpu"))
+
+
+def _kernels(monkeypatch, kernel: str) -> None:
+    """Move the thresholds so that the small test models take `kernel`'s products."""
+    monkeypatch.setattr(static_decode, "WEIGHT_LEFT_MIN_HIDDEN", 0 if kernel == "weight_left" else 10**9)
+    monkeypatch.setattr(static_decode, "ONEDNN_MIN_HIDDEN", 0 if kernel == "onednn" else 10**9)
+
+
+@pytest.fixture(params=["rows", "weight_left", "onednn"])
 def layout(request, monkeypatch):
-    """Both forms of the layer products: x @ w^T (small models) and w @ x^T (from WEIGHT_LEFT_MIN_HIDDEN on); the
-    test models are small, so the threshold is moved to reach the second."""
-    monkeypatch.setattr(static_decode, "WEIGHT_LEFT_MIN_HIDDEN", 10**9 if request.param == "rows" else 0)
+    """Every form of the layer products: x @ w^T (small models), w @ x^T (from WEIGHT_LEFT_MIN_HIDDEN on) and
+    oneDNN on reordered weights (float32, from ONEDNN_MIN_HIDDEN on); the test models are small, so the thresholds
+    are moved to reach each. oneDNN takes float32 only: a float64 model falls back to x @ w^T."""
+    if request.param == "onednn" and not ONEDNN:
+        pytest.skip("this torch build has no oneDNN")
+    _kernels(monkeypatch, request.param)
     return request.param
 
 
@@ -101,7 +115,7 @@ def test_step_logits_equal_a_full_forward(tok, name, layout):
     ~1e-12)."""
     model = dict(models(tok, torch.float64))[name]
     assert supported(model) is None
-    assert StaticDecoder(model, 1, 1).weight_left == (layout == "weight_left")
+    assert StaticDecoder(model, 1, 1).kernel == ("rows" if layout == "onednn" else layout)  # oneDNN: float32 only
     g = torch.Generator().manual_seed(0)
     extra = torch.randint(3, len(tok), (len(PROMPTS), 6), generator=g)
     ids, mask = _padded(PROMPTS)
@@ -117,6 +131,43 @@ def test_step_logits_equal_a_full_forward(tok, name, layout):
         for t in range(6):
             got = dec.step(extra[:, t], pos + t)
             torch.testing.assert_close(got, ref[:, P + t], rtol=0, atol=1e-10)
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "llama-scaling", "qwen3-norms"])
+def test_onednn_step_logits_equal_a_float64_forward(tok, name, monkeypatch):
+    """oneDNN's products (float32 only) against the same weights' forward in float64: the float32 rounding of the
+    model's own float32 forward (each product's order of summation differs, nothing else)."""
+    _kernels(monkeypatch, "onednn")
+    model = dict(models(tok))[name]
+    exact = copy.deepcopy(model).double()
+    g = torch.Generator().manual_seed(0)
+    extra = torch.randint(3, len(tok), (len(PROMPTS), 6), generator=g)
+    ids, mask = _padded(PROMPTS)
+    P = ids.shape[1]
+    full_ids, full_mask = torch.cat([ids, extra], 1), torch.cat([mask, torch.ones_like(extra)], 1)
+    with torch.no_grad():
+        ref = exact(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+        own = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+        dec = StaticDecoder(model, len(PROMPTS), P + 6)
+        assert dec.kernel == "onednn"
+        got = [dec.prefill(ids, mask, position_ids(mask), 1)]
+        pos = position_ids(mask)[:, -1] + 1
+        got += [dec.step(extra[:, t], pos + t) for t in range(6)]
+    got = torch.stack(got, 1).double()
+    want, own = ref[:, P - 1 :], own[:, P - 1 :].double()
+    err, own_err = (got - want).abs().max().item(), (own - want).abs().max().item()
+    assert err < 1e-5 and err < 20 * own_err + 1e-7, (err, own_err)
+
+
+def test_kernel_choice(tok):
+    """oneDNN from ONEDNN_MIN_HIDDEN on (float32, CPU), else w @ x^T from WEIGHT_LEFT_MIN_HIDDEN on, else x @ w^T."""
+    small = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64)
+    wide = build_tiny_model(tok, hidden=256, layers=1, heads=2, kv_heads=1, ffn=64)
+    assert static_decode.ONEDNN_MIN_HIDDEN == static_decode.WEIGHT_LEFT_MIN_HIDDEN == 256
+    assert StaticDecoder(small, 256, 4).kernel == "rows"
+    assert StaticDecoder(wide, 1, 4).kernel == ("onednn" if ONEDNN else "weight_left")
+    assert StaticDecoder(wide.double(), 1, 4).kernel == "weight_left"  # oneDNN: float32 only
 
 
 def test_prefill_repeats_each_prompt_for_its_group(tok, layout):

@@ -3,11 +3,14 @@ projections, reading the Hugging Face model's own weights.
 
 Why: one decode step of a small model through `transformers` spends most of its time outside the matrix products (module
 calls, cache bookkeeping, mask building: ~35 ops per layer for a 1-token query). This step does the same math in 4
-matrix products per layer (q|k|v fused, o, gate|up fused, down; at small hidden sizes the residual adds fused into the o
-and down products) and two batched products for attention, on a cache that is written in place, never concatenated. From
-a hidden size of WEIGHT_LEFT_MIN_HIDDEN on, the products run as w @ x^T (the weight on the left), which this CPU's BLAS
-runs faster at few rows. The prompts are prefilled by the same layers (`prefill`: each distinct prompt once, its keys
-and values copied to the rows of its group), so no `transformers` cache is built at all.
+matrix products per layer (q|k|v fused, o, gate|up fused, down; the residual adds fused into the o and down products)
+and two batched products for attention, on a cache that is written in place, never concatenated. The four weights are
+fixed for the whole sampling call, so where oneDNN is there (float32 on the CPU) and the hidden size is at least
+`ONEDNN_MIN_HIDDEN` they are reordered once into oneDNN's blocked layout and multiplied by
+oneDNN, which then skips the per-call packing of the weight that a BLAS call does; otherwise, from a hidden size of
+WEIGHT_LEFT_MIN_HIDDEN on, the products run as w @ x^T (the weight on the left), which the BLAS runs faster at few
+rows. The prompts are prefilled by the same layers (`prefill`: each distinct prompt once, its keys and values copied to
+the rows of its group), so no `transformers` cache is built at all.
 
 The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`; in a float32 or float64 model the
 weight w is folded into the q|k|v and gate|up weights, a rounding-level difference), RoPE with the cos/sin of the
@@ -38,6 +41,25 @@ ARCHS = ("qwen2", "qwen3", "llama")
 #   - 2-core AMD EPYC, the column-major variant against x @ w^T: x1.15 (hidden 256), x1.2-1.3 (512), x1.2-1.5 (1024)
 #     at 32-128 rows, equal at hidden 128 (this row-major variant was not measured there).
 WEIGHT_LEFT_MIN_HIDDEN = 256
+# oneDNN with weights reordered once (`torch.ops.mkldnn._reorder_linear_weight`) against the BLAS paths above, float32,
+# 2 threads, GFLOP/s of one product at rows x in x out (2-core AMD EPYC, torch 2.13, MKL 2024.2 / oneDNN 3.12):
+#   32 x 512 x 1536: 206 against 170 (w @ x^T); 32 x 1536 x 512: 206 / 173; 32 x 256 x 1536: 182 / 163;
+#   32 x 128 x 384: 106 against 138: slower at the 0.8M model's 32 rows. Whole sampling calls, in-process A/B:
+#   bench_trl's 31M (hidden 512, 32 rows) x1.10-1.30; the default's 256 rows at hidden 128 x0.88-1.00 (its gate|up
+#   product ran faster, the o product with oneDNN's sum post-op slower), so oneDNN starts at hidden 256.
+ONEDNN_MIN_HIDDEN = 256
+
+
+def onednn_available(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether the decode products can run on oneDNN with reordered weights: float32 on a CPU build with oneDNN
+    (`torch.backends.mkldnn`, on by default) that has the reorder op."""
+    return (
+        dtype == torch.float32
+        and device.type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
 
 
 def supported(model) -> str | None:
@@ -126,7 +148,6 @@ class StaticDecoder:
         head = model.get_output_embeddings()
         self.lm_w, self.lm_b = head.weight, head.bias
         dtype, dev = self.embed.dtype, self.embed.device
-        self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         positions = torch.arange(length, device=dev)[None]  # (1, S): every position a row can reach
         cos, sin = core.rotary_emb(self.embed[:1][None], positions)  # (1, S, hd) each, the model's own RoPE
         scaling = getattr(core.layers[0].self_attn, "scaling", self.hd**-0.5)  # the attention's own, 1/sqrt(hd)
@@ -136,7 +157,8 @@ class StaticDecoder:
         self.rot = _rotate_half_matrix(self.hd, dtype, dev)
         self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
         self.softmax_dtype = torch.promote_types(dtype, torch.float32)  # attention weights in float32 or wider
-        self.weight_left = cfg.hidden_size >= WEIGHT_LEFT_MIN_HIDDEN
+        self.kernel = _kernel(cfg.hidden_size, dtype, dev)
+        self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         self.filled = 0
         self.rows: Tensor | None = None  # the rows still computed (after compaction), None = all
         self.out: Tensor | None = None  # (B, V) logits of every row once rows are dropped
@@ -150,16 +172,17 @@ class StaticDecoder:
         kv = dict(size=(batch, self.nkv, length, self.hd), dtype=w.dtype, device=w.device)
         ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
         fold = w.element_size() >= 4  # folding the norm weights into the products costs a bf16 model precision
+        pack = _packer(self.kernel, batch)
         return _Layer(
             ln1=None if fold else ln1,
-            wqkv=_fused((w, a.k_proj.weight, a.v_proj.weight), ln1 if fold else None),
+            wqkv=pack(_fused((w, a.k_proj.weight, a.v_proj.weight), ln1 if fold else None)),
             bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
             qk_norm=qk_norm,
-            wo=a.o_proj.weight,
+            wo=pack(a.o_proj.weight),
             bo=a.o_proj.bias,
             ln2=None if fold else ln2,
-            wgu=_fused((m.gate_proj.weight, m.up_proj.weight), ln2 if fold else None),
-            wd=m.down_proj.weight,
+            wgu=pack(_fused((m.gate_proj.weight, m.up_proj.weight), ln2 if fold else None)),
+            wd=pack(m.down_proj.weight),
             keys=torch.empty(**kv),
             values=torch.empty(**kv),
         )
@@ -233,7 +256,7 @@ class StaticDecoder:
         """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times the attention's scale,
         folded into cos/sin (N, nh + nkv, hd)), and values (N, nkv, hd)."""
         nh, nkv, hd = self.nh, self.nkv, self.hd
-        qkv = _linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv, self.weight_left)
+        qkv = _linear(_rms(x, L.ln1, self.eps), L.wqkv, L.bqkv, self.kernel)
         qkv = qkv.contiguous().view(x.shape[0], nh + 2 * nkv, hd)  # row-major again: RoPE and attention read rows
         qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
         if L.qk_norm is not None:
@@ -242,24 +265,45 @@ class StaticDecoder:
 
     def _attn_out_and_mlp(self, L: _Layer, x: Tensor, att: Tensor) -> Tensor:
         """The rest of a layer: x (N, H) + o(att (N, nh hd)), then + down(silu(gate) * up) of its norm."""
-        x = _residual(x, att, L.wo, L.bo, self.weight_left)
-        gate, up = _linear(_rms(x, L.ln2, self.eps), L.wgu, None, self.weight_left).chunk(2, -1)
+        x = _residual(x, att, L.wo, L.bo, self.kernel)
+        gate, up = _linear(_rms(x, L.ln2, self.eps), L.wgu, None, self.kernel).chunk(2, -1)
         # weight_left: gate and up are column-major views; their product is written row-major for the down product
-        act = torch.mul(F.silu(gate), up, out=x.new_empty(gate.shape)) if self.weight_left else F.silu(gate) * up
-        return _residual(x, act, L.wd, None, self.weight_left)
+        if self.kernel == "weight_left":
+            return _residual(x, torch.mul(F.silu(gate), up, out=x.new_empty(gate.shape)), L.wd, None, self.kernel)
+        act = F.silu(gate) * up
+        return _residual(x, act, L.wd, None, self.kernel)
 
 
-def _linear(x: Tensor, w: Tensor, b: Tensor | None, weight_left: bool) -> Tensor:
-    """x @ w^T (+ b) for x (N, K), w (M, K): (N, M). `weight_left`: computed as w @ x^T, the (M, N) product returned
-    transposed (a column-major view)."""
-    if not weight_left:
+def _kernel(hidden: int, dtype: torch.dtype, device: torch.device) -> str:
+    """How the layer products run: 'onednn' (reordered weights), 'weight_left' (w @ x^T) or 'rows' (x @ w^T)."""
+    if onednn_available(dtype, device) and hidden >= ONEDNN_MIN_HIDDEN:
+        return "onednn"
+    return "weight_left" if hidden >= WEIGHT_LEFT_MIN_HIDDEN else "rows"
+
+
+def _packer(kernel: str, rows: int):
+    """The weight (M, K) as the products of `kernel` take it: reordered into oneDNN's layout for `rows` rows (any
+    row count still works), else as it is."""
+    if kernel != "onednn":
+        return lambda w: w
+    return lambda w: torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows)
+
+
+def _linear(x: Tensor, w: Tensor, b: Tensor | None, kernel: str) -> Tensor:
+    """x @ w^T (+ b) for x (N, K), w (M, K): (N, M). 'weight_left': computed as w @ x^T, the (M, N) product returned
+    transposed (a column-major view); 'onednn': w reordered by `_packer`."""
+    if kernel == "onednn":
+        return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+    if kernel == "rows":
         return F.linear(x, w, b)
     return (torch.mm(w, x.t()) if b is None else torch.addmm(b[:, None], w, x.t())).t()
 
 
-def _residual(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None, weight_left: bool) -> Tensor:
-    """x + a @ w^T (+ b) for x (N, H), a (N, K), w (H, K), row-major like x: the add fused into the product's addmm
-    (rows, no bias), or after it (the sum takes x's layout)."""
-    if not weight_left:
+def _residual(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None, kernel: str) -> Tensor:
+    """x + a @ w^T (+ b) for x (N, H), a (N, K), w (H, K), row-major like x: the add fused into the product (oneDNN's
+    sum post-op; the addmm for rows without a bias), or after it (the sum takes x's layout)."""
+    if kernel == "onednn":
+        return torch.ops.mkldnn._linear_pointwise.binary(a, x, w, b, "add")
+    if kernel == "rows":
         return torch.addmm(x, a, w.t()) if b is None else x + torch.addmm(b, a, w.t())
-    return x + _linear(a, w, b, True)
+    return x + _linear(a, w, b, kernel)
