@@ -170,6 +170,29 @@ def test_kernel_choice(tok):
     assert StaticDecoder(wide.double(), 1, 4).kernel == "weight_left"  # oneDNN: float32 only
 
 
+@pytest.mark.parametrize("fault", ["raises", "wrong"])
+def test_onednn_is_not_taken_when_its_ops_fail(tok, monkeypatch, fault):
+    """oneDNN's ops are torch internals: a build where they are missing, raise or compute wrong gets the BLAS."""
+
+    class Broken:
+        def __call__(self, x, w, *args):
+            if fault == "raises":
+                raise RuntimeError("not in this build")
+            return torch.zeros(x.shape[0], w.shape[0])
+
+        binary = __call__
+
+    wide = build_tiny_model(tok, hidden=256, layers=1, heads=2, kv_heads=1, ffn=64)
+    static_decode._onednn_works.cache_clear()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(torch.ops.mkldnn, "_linear_pointwise", Broken())
+            assert StaticDecoder(wide, 1, 4).kernel == "weight_left"
+    finally:
+        static_decode._onednn_works.cache_clear()
+    assert StaticDecoder(wide, 1, 4).kernel == ("onednn" if ONEDNN else "weight_left")
+
+
 def test_prefill_repeats_each_prompt_for_its_group(tok, layout):
     """With repeats=3 every row of a group holds its prompt's cache: the next step's logits equal those of the
     one-row-per-prompt decoder, row by row."""

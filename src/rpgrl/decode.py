@@ -6,11 +6,11 @@ calls, cache bookkeeping, mask building: ~35 ops per layer for a 1-token query).
 matrix products per layer (q|k|v fused, o, gate|up fused, down; the residual adds fused into the o and down products)
 and two batched products for attention, on a cache that is written in place, never concatenated. The four weights are
 fixed for the whole sampling call, so where oneDNN is there (float32 on the CPU) and the hidden size is at least
-`ONEDNN_MIN_HIDDEN` they are reordered once into oneDNN's blocked layout and multiplied by
-oneDNN, which then skips the per-call packing of the weight that a BLAS call does; otherwise, from a hidden size of
-WEIGHT_LEFT_MIN_HIDDEN on, the products run as w @ x^T (the weight on the left), which the BLAS runs faster at few
-rows. The prompts are prefilled by the same layers (`prefill`: each distinct prompt once, its keys and values copied to
-the rows of its group), so no `transformers` cache is built at all.
+`ONEDNN_MIN_HIDDEN` they are reordered once into oneDNN's blocked layout and multiplied by oneDNN, which then skips
+the per-call packing of the weight that a BLAS call does; otherwise, from a hidden size of WEIGHT_LEFT_MIN_HIDDEN on,
+the products run as w @ x^T (the weight on the left), which the BLAS runs faster at few rows. The prompts are
+prefilled by the same layers (`prefill`: each distinct prompt once, its keys and values copied to the rows of its
+group), so no `transformers` cache is built at all.
 
 The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`; in a float32 or float64 model the
 weight w is folded into the q|k|v and gate|up weights, a rounding-level difference), RoPE with the cos/sin of the
@@ -24,6 +24,7 @@ Shapes: B rows, H hidden, nh / nkv heads of size hd, cache length S = prompt len
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -52,14 +53,31 @@ ONEDNN_MIN_HIDDEN = 256
 
 def onednn_available(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether the decode products can run on oneDNN with reordered weights: float32 on a CPU build with oneDNN
-    (`torch.backends.mkldnn`, on by default) that has the reorder op."""
+    (`torch.backends.mkldnn`, on by default) whose reorder and product ops compute a small product right."""
     return (
         dtype == torch.float32
         and device.type == "cpu"
         and torch.backends.mkldnn.is_available()
         and torch.backends.mkldnn.enabled
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and _onednn_works()
     )
+
+
+@functools.cache
+def _onednn_works() -> bool:
+    """The ops `_linear` and `_residual` call (internal to torch: what Inductor's CPU backend runs) exist and give
+    x @ w^T + b and that plus a residual on a 3 x 5 x 4 product, once per process; any failure means the BLAS."""
+    try:
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(0)
+            x, w, b, r = (torch.randn(*s, generator=g) for s in ((3, 5), (4, 5), (4,), (3, 4)))
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, 3)
+            y = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+            z = torch.ops.mkldnn._linear_pointwise.binary(x, r, packed, b, "add")
+            want = torch.addmm(b, x, w.t())
+            return bool(torch.allclose(y, want, atol=1e-5)) and bool(torch.allclose(z, want + r, atol=1e-5))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
 
 
 def supported(model) -> str | None:
@@ -267,10 +285,9 @@ class StaticDecoder:
         """The rest of a layer: x (N, H) + o(att (N, nh hd)), then + down(silu(gate) * up) of its norm."""
         x = _residual(x, att, L.wo, L.bo, self.kernel)
         gate, up = _linear(_rms(x, L.ln2, self.eps), L.wgu, None, self.kernel).chunk(2, -1)
+        act = F.silu(gate)
         # weight_left: gate and up are column-major views; their product is written row-major for the down product
-        if self.kernel == "weight_left":
-            return _residual(x, torch.mul(F.silu(gate), up, out=x.new_empty(gate.shape)), L.wd, None, self.kernel)
-        act = F.silu(gate) * up
+        act = torch.mul(act, up, out=x.new_empty(gate.shape)) if self.kernel == "weight_left" else act * up
         return _residual(x, act, L.wd, None, self.kernel)
 
 
