@@ -93,7 +93,7 @@ class RolloutConfig:
     decode: Literal["auto", "static", "transformers"] = "auto"
     """decode step: 'static' (rpgrl.decode: static KV cache, fused projections; Qwen2/Qwen3/Llama), 'transformers'
     (the model's own forward, any causal LM), 'auto' = static where supported and the weights are under 2 GiB (its
-    fused projections are per-call copies). Same distribution either way"""
+    fused projections, on oneDNN all four layer weights, are per-call copies). Same distribution either way"""
     group_filter: Literal["off", "drop", "fill"] = "drop"
     """groups whose G responses are all correct or all wrong carry no signal: 'drop' leaves them out of the
     update; 'fill' is DAPO's dynamic sampling (keep generating until prompts_per_step mixed groups, spec 5.3)"""

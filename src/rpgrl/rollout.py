@@ -331,7 +331,8 @@ def sample(
     eos_token_ids: stop tokens; default = the model's generation-config EOS ids plus the tokenizer's.
     decode: "static" (`rpgrl.decode.StaticDecoder`: static KV cache, fused projections), "transformers" (the
     model's own forward with a DynamicCache, any causal LM), or "auto": static where `decode.supported(model)` and
-    the weights are under AUTO_STATIC_BYTES (the fused q|k|v and gate|up weights are copies made per call).
+    the weights are under AUTO_STATIC_BYTES (the fused q|k|v and gate|up weights are copies made per call, and on
+    oneDNN the o and down weights too, reordered).
     Each path also prefills the prompts its own way, each distinct prompt once per chunk.
     """
     if not prompts:
@@ -389,7 +390,7 @@ def _decode_path(model, decode: str) -> str:
 
     def reason() -> str | None:
         why = supported(model)
-        if why is None and decode == "auto":  # the fused projections are copies of most weights: small models only
+        if why is None and decode == "auto":  # the fused projections are copies of the weights: small models only
             size = sum(p.numel() * p.element_size() for p in model.parameters())
             why = "weights over AUTO_STATIC_BYTES" if size > AUTO_STATIC_BYTES else None
         return why
