@@ -170,6 +170,19 @@ def test_kernel_choice(tok):
     assert StaticDecoder(wide.double(), 1, 4).kernel == "weight_left"  # oneDNN: float32 only
 
 
+def test_onednn_sampling_is_deterministic(tok, monkeypatch):
+    """A resumed run replays its sampling bit for bit: on oneDNN's products too (reordered weights, two threads),
+    the same seed gives the same tokens and the same log-probs to the last bit."""
+    if not ONEDNN:
+        pytest.skip("this torch build has no oneDNN")
+    _kernels(monkeypatch, "onednn")
+    model = dict(models(tok))["qwen3-norms"]
+    runs = [sample(model, tok, PROMPTS, n=4, max_new_tokens=12, generator=torch.Generator().manual_seed(9))
+            for _ in range(2)]  # fmt: skip
+    assert torch.equal(runs[0].input_ids, runs[1].input_ids)
+    assert torch.equal(runs[0].sampler_logp, runs[1].sampler_logp)
+
+
 @pytest.mark.parametrize("fault", ["raises", "wrong"])
 def test_onednn_is_not_taken_when_its_ops_fail(tok, monkeypatch, fault):
     """oneDNN's ops are torch internals: a build where they are missing, raise or compute wrong gets the BLAS."""
