@@ -83,7 +83,7 @@ def gemm_gflops(m: int, n: int, k: int, reps: int = 7) -> float:
 def gemm_kernel_gflops(m: int, n: int, k: int, reps: int = 7) -> dict[str, float]:
     """GFLOP/s of an (m, k) x (k, n) float32 product by torch.mm (`blas`: MKL in the CPU wheel) and, where the build
     has it, by oneDNN with the (n, k) weight reordered once (`onednn`: what rpgrl.decode runs from hidden 256 on; on
-    an AMD EPYC it measured 10-30% above MKL)."""
+    this project's AMD EPYC at 94de6aa: x1.28 MKL's rate at 2048^3, x1.9-2.9 at the 31M decode's 32 rows)."""
     import torch
 
     from rpgrl.decode import onednn_available

@@ -116,21 +116,26 @@ def test_step_logits_equal_a_full_forward(tok, name, layout):
     model = dict(models(tok, torch.float64))[name]
     assert supported(model) is None
     assert StaticDecoder(model, 1, 1).kernel == ("rows" if layout == "onednn" else layout)  # oneDNN: float32 only
+    got, ref, _ = _decode_and_forward(tok, model, model)
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-10)
+
+
+def _decode_and_forward(tok, model, reference, steps: int = 6):
+    """The prompts prefilled through a StaticDecoder of `model`, then `steps` random tokens fed one at a time:
+    its logits (B, 1 + steps, V), `reference`'s forward over the whole left-padded sequence at the same positions,
+    and the decoder."""
     g = torch.Generator().manual_seed(0)
-    extra = torch.randint(3, len(tok), (len(PROMPTS), 6), generator=g)
+    extra = torch.randint(3, len(tok), (len(PROMPTS), steps), generator=g)
     ids, mask = _padded(PROMPTS)
     P = ids.shape[1]
+    full_ids, full_mask = torch.cat([ids, extra], 1), torch.cat([mask, torch.ones_like(extra)], 1)
     with torch.no_grad():
-        dec = StaticDecoder(model, len(PROMPTS), P + 6)
-        first = dec.prefill(ids, mask, position_ids(mask), 1)
+        dec = StaticDecoder(model, len(PROMPTS), P + steps)
+        got = [dec.prefill(ids, mask, position_ids(mask), 1)]
         pos = position_ids(mask)[:, -1] + 1
-        full_ids = torch.cat([ids, extra], 1)
-        full_mask = torch.cat([mask, torch.ones_like(extra)], 1)
-        ref = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
-        torch.testing.assert_close(first, ref[:, P - 1], rtol=0, atol=1e-10)
-        for t in range(6):
-            got = dec.step(extra[:, t], pos + t)
-            torch.testing.assert_close(got, ref[:, P + t], rtol=0, atol=1e-10)
+        got += [dec.step(extra[:, t], pos + t) for t in range(steps)]
+        ref = reference(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+    return torch.stack(got, 1), ref[:, P - 1 :], dec
 
 
 @pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN")
@@ -140,23 +145,11 @@ def test_onednn_step_logits_equal_a_float64_forward(tok, name, monkeypatch):
     model's own float32 forward (each product's order of summation differs, nothing else)."""
     _kernels(monkeypatch, "onednn")
     model = dict(models(tok))[name]
-    exact = copy.deepcopy(model).double()
-    g = torch.Generator().manual_seed(0)
-    extra = torch.randint(3, len(tok), (len(PROMPTS), 6), generator=g)
-    ids, mask = _padded(PROMPTS)
-    P = ids.shape[1]
-    full_ids, full_mask = torch.cat([ids, extra], 1), torch.cat([mask, torch.ones_like(extra)], 1)
-    with torch.no_grad():
-        ref = exact(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
-        own = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
-        dec = StaticDecoder(model, len(PROMPTS), P + 6)
-        assert dec.kernel == "onednn"
-        got = [dec.prefill(ids, mask, position_ids(mask), 1)]
-        pos = position_ids(mask)[:, -1] + 1
-        got += [dec.step(extra[:, t], pos + t) for t in range(6)]
-    got = torch.stack(got, 1).double()
-    want, own = ref[:, P - 1 :], own[:, P - 1 :].double()
-    err, own_err = (got - want).abs().max().item(), (own - want).abs().max().item()
+    got, want, dec = _decode_and_forward(tok, model, copy.deepcopy(model).double())
+    assert dec.kernel == "onednn"
+    _, own, _ = _decode_and_forward(tok, model, model)  # the model's own float32 forward at the same positions
+    err = (got.double() - want).abs().max().item()
+    own_err = (own.double() - want).abs().max().item()
     assert err < 1e-5 and err < 20 * own_err + 1e-7, (err, own_err)
 
 
@@ -170,11 +163,10 @@ def test_kernel_choice(tok):
     assert StaticDecoder(wide.double(), 1, 4).kernel == "weight_left"  # oneDNN: float32 only
 
 
+@pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN")
 def test_onednn_sampling_is_deterministic(tok, monkeypatch):
     """A resumed run replays its sampling bit for bit: on oneDNN's products too (reordered weights, two threads),
     the same seed gives the same tokens and the same log-probs to the last bit."""
-    if not ONEDNN:
-        pytest.skip("this torch build has no oneDNN")
     _kernels(monkeypatch, "onednn")
     model = dict(models(tok))["qwen3-norms"]
     runs = [sample(model, tok, PROMPTS, n=4, max_new_tokens=12, generator=torch.Generator().manual_seed(9))

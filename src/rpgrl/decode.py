@@ -190,17 +190,17 @@ class StaticDecoder:
         kv = dict(size=(batch, self.nkv, length, self.hd), dtype=w.dtype, device=w.device)
         ln1, ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
         fold = w.element_size() >= 4  # folding the norm weights into the products costs a bf16 model precision
-        pack = _packer(self.kernel, batch)
+        k = self.kernel
         return _Layer(
             ln1=None if fold else ln1,
-            wqkv=pack(_fused((w, a.k_proj.weight, a.v_proj.weight), ln1 if fold else None)),
+            wqkv=_pack(_fused((w, a.k_proj.weight, a.v_proj.weight), ln1 if fold else None), k, batch),
             bqkv=_cat(a.q_proj.bias, a.k_proj.bias, a.v_proj.bias),
             qk_norm=qk_norm,
-            wo=pack(a.o_proj.weight),
+            wo=_pack(a.o_proj.weight, k, batch),
             bo=a.o_proj.bias,
             ln2=None if fold else ln2,
-            wgu=pack(_fused((m.gate_proj.weight, m.up_proj.weight), ln2 if fold else None)),
-            wd=pack(m.down_proj.weight),
+            wgu=_pack(_fused((m.gate_proj.weight, m.up_proj.weight), ln2 if fold else None), k, batch),
+            wd=_pack(m.down_proj.weight, k, batch),
             keys=torch.empty(**kv),
             values=torch.empty(**kv),
         )
@@ -298,17 +298,15 @@ def _kernel(hidden: int, dtype: torch.dtype, device: torch.device) -> str:
     return "weight_left" if hidden >= WEIGHT_LEFT_MIN_HIDDEN else "rows"
 
 
-def _packer(kernel: str, rows: int):
-    """The weight (M, K) as the products of `kernel` take it: reordered into oneDNN's layout for `rows` rows (any
-    row count still works), else as it is."""
-    if kernel != "onednn":
-        return lambda w: w
-    return lambda w: torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows)
+def _pack(w: Tensor, kernel: str, rows: int) -> Tensor:
+    """The weight w (M, K) as the products of `kernel` take it: reordered into oneDNN's layout for `rows` rows (any
+    row count still works), else w itself."""
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) if kernel == "onednn" else w
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None, kernel: str) -> Tensor:
     """x @ w^T (+ b) for x (N, K), w (M, K): (N, M). 'weight_left': computed as w @ x^T, the (M, N) product returned
-    transposed (a column-major view); 'onednn': w reordered by `_packer`."""
+    transposed (a column-major view); 'onednn': w reordered by `_pack`."""
     if kernel == "onednn":
         return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
     if kernel == "rows":
