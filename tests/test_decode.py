@@ -163,6 +163,19 @@ def test_kernel_choice(tok):
     assert StaticDecoder(wide.double(), 1, 4).kernel == "weight_left"  # oneDNN: float32 only
 
 
+@pytest.mark.parametrize("hd", [2, 8, 64])
+def test_rotate_half_as_a_roll_with_signed_sin_is_exact(hd):
+    """RoPE's rotate_half(x) * sin, computed as roll(x, hd/2) * (signs * sin), gives transformers' values to the
+    bit (a sign flip and a permutation round nothing)."""
+    from transformers.models.qwen2.modeling_qwen2 import rotate_half
+
+    g = torch.Generator().manual_seed(hd)
+    x, sin = torch.randn(5, 3, hd, generator=g), torch.randn(5, 3, hd, generator=g)
+    signs = static_decode._half_signs(hd, torch.float32, torch.device("cpu"))
+    assert signs.tolist() == [-1.0] * (hd // 2) + [1.0] * (hd // 2)
+    assert torch.equal(x.roll(hd // 2, -1) * (signs * sin), rotate_half(x) * sin)
+
+
 @pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN")
 def test_onednn_sampling_is_deterministic(tok, monkeypatch):
     """A resumed run replays its sampling bit for bit: on oneDNN's products too (reordered weights, two threads),

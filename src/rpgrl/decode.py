@@ -142,14 +142,10 @@ def _rms(x: Tensor, w: Tensor | None, eps: float) -> Tensor:
     return h if w is None else w * h
 
 
-def _rotate_half_matrix(hd: int, dtype, device) -> Tensor:
-    """R (hd, hd) with x @ R = rotate_half(x) = cat(-x2, x1): entries 0 and +-1, so the product is exact."""
-    half = hd // 2
-    r = torch.zeros(hd, hd, dtype=dtype, device=device)
-    idx = torch.arange(half, device=device)
-    r[idx + half, idx] = -1.0
-    r[idx, idx + half] = 1.0
-    return r
+def _half_signs(hd: int, dtype, device) -> Tensor:
+    """(hd,) -1 on the first half, +1 on the second: roll(x, hd/2) * signs = cat(-x2, x1) = rotate_half(x), exactly
+    (a sign flip rounds nothing), so RoPE's sin can carry the signs and rotate_half becomes one `roll`."""
+    return torch.ones(hd, dtype=dtype, device=device).index_fill_(0, torch.arange(hd // 2, device=device), -1.0)
 
 
 class StaticDecoder:
@@ -171,8 +167,8 @@ class StaticDecoder:
         scaling = getattr(core.layers[0].self_attn, "scaling", self.hd**-0.5)  # the attention's own, 1/sqrt(hd)
         scale = torch.ones(self.nh + self.nkv, 1, dtype=dtype, device=dev)  # `scaling` on the q heads, 1 on k:
         scale.index_fill_(0, torch.arange(self.nh, device=dev), scaling)  # the attention's scale, folded into RoPE
-        self.cos, self.sin = cos[0][:, None] * scale, sin[0][:, None] * scale  # (S, nh + nkv, hd)
-        self.rot = _rotate_half_matrix(self.hd, dtype, dev)
+        self.cos = cos[0][:, None] * scale  # (S, nh + nkv, hd)
+        self.sin = sin[0][:, None] * scale * _half_signs(self.hd, dtype, dev)  # rotate_half's signs folded in
         self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
         self.softmax_dtype = torch.promote_types(dtype, torch.float32)  # attention weights in float32 or wider
         self.kernel = _kernel(cfg.hidden_size, dtype, dev)
@@ -279,7 +275,8 @@ class StaticDecoder:
         qk, v = qkv[:, : nh + nkv], qkv[:, nh + nkv :]  # queries and keys rotate together
         if L.qk_norm is not None:
             qk = _rms(qk, L.qk_norm, self.eps)
-        return torch.addcmul(qk * cos, qk @ self.rot, sin), v  # RoPE: x cos + rotate_half(x) sin
+        # RoPE: x cos + rotate_half(x) sin, with rotate_half(x) sin = roll(x, hd/2) (signs x sin), the same values
+        return torch.addcmul(qk * cos, qk.roll(self.hd // 2, -1), sin), v
 
     def _attn_out_and_mlp(self, L: _Layer, x: Tensor, att: Tensor) -> Tensor:
         """The rest of a layer: x (N, H) + o(att (N, nh hd)), then + down(silu(gate) * up) of its norm."""
