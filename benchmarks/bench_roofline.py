@@ -86,8 +86,8 @@ def record_products(fn) -> list:
 
 def _on_onednn(func, args, kwargs):
     """The same product on oneDNN with its right operand reordered now (not timed: a generous alternative), or None
-    when there is none (already oneDNN, or not a plain 2-D product)."""
-    import torch
+    when there is none (already oneDNN, or not a plain 2-D product): rpgrl.decode's own oneDNN product."""
+    from rpgrl.decode import _linear, _pack
 
     name, bias = func._schema.name, None
     if name == "aten::mm":
@@ -101,8 +101,8 @@ def _on_onednn(func, args, kwargs):
         return None
     if a.dim() != 2 or b.dim() != 2:
         return None
-    w = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), a.shape[0])
-    return lambda: torch.ops.mkldnn._linear_pointwise(a.contiguous(), w, bias, "none", [], "")
+    w = _pack(b.t().contiguous(), "onednn", a.shape[0])
+    return lambda: _linear(a.contiguous(), w, bias, "onednn")
 
 
 def product_share(fn, reps: int) -> dict:
@@ -152,15 +152,15 @@ def gemm_kernel_gflops(m: int, n: int, k: int, reps: int = 7) -> dict[str, float
     this project's AMD EPYC at 94de6aa: x1.28 MKL's rate at 2048^3, x1.9-2.9 at the 31M decode's 32 rows)."""
     import torch
 
-    from rpgrl.decode import onednn_available
+    from rpgrl.decode import _linear, _pack, onednn_available
 
     a, b = torch.randn(m, k), torch.randn(k, n)
     c = torch.empty(m, n)
     inner = max(1, int(2e9 / (2 * m * n * k)))  # ~2 GFLOP per timed repetition
     kernels = {"blas": lambda: torch.mm(a, b, out=c)}
     if onednn_available(torch.float32, torch.device("cpu")):
-        w = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), m)
-        kernels["onednn"] = lambda: torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")
+        w = _pack(b.t().contiguous(), "onednn", m)
+        kernels["onednn"] = lambda: _linear(a, w, None, "onednn")
     rates = {}
     for name, f in kernels.items():
         f()

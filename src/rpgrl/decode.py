@@ -71,9 +71,8 @@ def _onednn_works() -> bool:
         with torch.no_grad():
             g = torch.Generator().manual_seed(0)
             x, w, b, r = (torch.randn(*s, generator=g) for s in ((3, 5), (4, 5), (4,), (3, 4)))
-            packed = torch.ops.mkldnn._reorder_linear_weight(w, 3)
-            y = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
-            z = torch.ops.mkldnn._linear_pointwise.binary(x, r, packed, b, "add")
+            packed = _pack(w, "onednn", 3)
+            y, z = _linear(x, packed, b, "onednn"), _residual(r, x, packed, b, "onednn")
             want = torch.addmm(b, x, w.t())
             return bool(torch.allclose(y, want, atol=1e-5)) and bool(torch.allclose(z, want + r, atol=1e-5))
     except (AttributeError, RuntimeError, NotImplementedError):
