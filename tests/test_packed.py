@@ -88,6 +88,27 @@ def test_any_selection_of_rows(tok, rows):
     _assert_matches(model, r)
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_no_layer_computes_the_padding_after_eos(tok, share):
+    """Every layer's MLP sees the prompts' rows (once per group when shared) and the valid response tokens only,
+    not the (B, T) padding after each EOS; a rollout without padding takes the same rows unchanged."""
+    from rpgrl.rollout import prompt_runs
+
+    model = dict(models(tok, torch.float64))["qwen2"]
+    seen = []
+    model.model.layers[-1].mlp.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[0]))
+    one_token = sample(model, tok, [tok(p)["input_ids"] for p in PROMPTS], n=3, max_new_tokens=1)  # no padding
+    for r in (_rollout(model, tok, seed=3), one_token):
+        seen.clear()
+        token_logprobs(model, r, forward="packed", share_prompts=share)
+        runs = prompt_runs(r) if share else None
+        prompts = len(r) if runs is None else runs[0].numel()
+        valid = int(r.attention_mask[:, r.prompt_len :].sum())
+        assert seen == [prompts * r.prompt_len + valid]
+        if r.response_mask.shape[1] > 1:
+            assert valid < r.response_mask.numel()  # there was padding to skip
+
+
 def test_train_mode_without_dropout_takes_the_packed_forward(tok):
     model = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=5).double()
     r = _rollout(model, tok, seed=2)
