@@ -211,7 +211,8 @@ def markdown(result: dict) -> str:
         lines[0] += (f" Mean wall time {mean_wall:.0f} s against {prev['mean_wall_seconds']:.0f} s at commit "
                      f"{prev['commit'][:7]} ({prev['hardware']['cpu']}): {ratio:.2f}x"
                      + (" (another machine: this compares machines, not code; `--same-sitting` compares code)."
-                        if other else "."))  # fmt: skip
+                        if other else " (an earlier sitting: the machine's speed moves between sittings; "
+                        "`--same-sitting` compares code)."))  # fmt: skip
     phases = {k for r in result["runs"] for k in r.get("rl_phase_seconds", {})}
     if phases:
         per = {k: sum(r["rl_phase_seconds"].get(k, 0.0) for r in result["runs"]) / len(result["runs"]) for k in phases}
