@@ -11,7 +11,7 @@ group's prompt keys and their own. The rows hold the valid response tokens only 
 after a short response is computed by no layer, and only the attention scatters the responses' queries, keys and
 values to their (B, T) layout and back. At the CPU default's lengths (~38 of at most ~44 tokens) the scatter costs what
 the tenth fewer rows save; with the long-tailed lengths of math reasoning the padding is most of a mini-batch (at 31M,
-38% of the positions valid: 4.9 against 12.5 s per optimizer step, README's Benchmarks).
+34% of the positions valid: x0.38 per update, `benchmarks/bench_padding.py`).
 
 The math is the model's own: the norms, projections, q/k norms and MLPs are the model's modules, called on the
 packed rows (so their exact code runs, LoRA-wrapped linears included); RoPE takes the cos/sin of the model's rotary
