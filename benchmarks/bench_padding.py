@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench_roofline import THREADS, _commit, _setup, trainer_optimizer
+from bench_roofline import THREADS, _commit, _setup, trainer_optimizer, update_step
 from bench_trl import RESULTS, SIZES, G, hardware, versions
 
 PROMPTS = 4
@@ -55,22 +55,12 @@ def all_valid(r):
 
 
 def measure(name: str, T: int, reps: int) -> dict:
-    import torch
-
-    from rpgrl.objectives.rpg import rpg_loss
-    from rpgrl.options import RPGOptions
-    from rpgrl.rollout import token_logprobs
-
     tok, model, prompt_ids = _setup(SIZES[name], PROMPTS)
     rollout, mean_len = long_tail_rollout(tok, prompt_ids, T)
-    opt, opts = trainer_optimizer(model), RPGOptions().kwargs()
+    opt = trainer_optimizer(model)
 
     def update(r):
-        logp, _ = token_logprobs(model, r)
-        rpg_loss(logp, logp.detach(), torch.randn(logp.shape[0]), r.response_mask, **opts).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        update_step(model, opt, r)
 
     variants = {"padding_left_out": rollout, "padding_computed": all_valid(rollout)}
     for r in variants.values():

@@ -245,12 +245,27 @@ def trainer_optimizer(model):
     return make_optimizer(cfg, list(model.parameters()))
 
 
-def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update_prompts: int, reps: int) -> dict:
+def update_step(model, opt, batch, forward: str = "auto") -> None:
+    """One update as the trainer runs it: token_logprobs (`forward`) + rpg_loss (RPGOptions' defaults, random
+    advantages, old log-probs = the update's own, detached) + backward + gradient clipping + `opt`'s step."""
     import torch
 
     from rpgrl.objectives.rpg import rpg_loss
     from rpgrl.options import RPGOptions
-    from rpgrl.rollout import sample, token_logprobs
+    from rpgrl.rollout import token_logprobs
+
+    logp, _ = token_logprobs(model, batch, forward=forward)
+    adv = torch.randn(logp.shape[0])
+    rpg_loss(logp, logp.detach(), adv, batch.response_mask, **RPGOptions().kwargs()).loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update_prompts: int, reps: int) -> dict:
+    import torch
+
+    from rpgrl.rollout import sample
 
     tok, model, prompt_ids = _setup(arch, prompts)
     cfg = model.config
@@ -286,15 +301,9 @@ def measure(name: str, arch: dict, prompts: int, g: int, new_tokens: int, update
     keep = torch.arange(rows) < update_prompts * g  # the update's mini-batch: the first update_prompts groups
     batch = rollout.select(keep.nonzero().squeeze(-1)) if update_prompts < prompts else rollout
     opt = trainer_optimizer(model)
-    opts = RPGOptions().kwargs()
 
     def update(forward="auto"):
-        logp, _ = token_logprobs(model, batch, forward=forward)
-        adv = torch.randn(logp.shape[0])
-        rpg_loss(logp, logp.detach(), adv, batch.response_mask, **opts).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        update_step(model, opt, batch, forward)
 
     update()  # AdamW state allocated outside the timing
     uf = update_flops(cfg, update_prompts, update_prompts * g, P, new_tokens)
