@@ -12,7 +12,7 @@ import torch
 import rpgrl.decode as static_decode
 from rpgrl.decode import StaticDecoder, onednn_available, supported
 from rpgrl.models import build_char_tokenizer, build_tiny_model
-from rpgrl.rollout import position_ids, sample, token_logprobs
+from rpgrl.rollout import compiler_missing, position_ids, sample, token_logprobs
 
 CHARS = "0123456789+="
 
@@ -253,7 +253,9 @@ def test_unsupported_models_fall_back_or_refuse(tok):
     assert out.input_ids.shape[0] == 6
     with pytest.raises(ValueError, match="decode='static' does not support this model: sliding"):
         sample(model, tok, PROMPTS, n=2, max_new_tokens=4, decode="static")
-    with pytest.raises(ValueError, match="decode must be auto, static or transformers"):
+    with pytest.raises(ValueError, match="decode='compiled' does not support this model: sliding"):
+        sample(model, tok, PROMPTS, n=2, max_new_tokens=4, decode="compiled")
+    with pytest.raises(ValueError, match="decode must be auto, static, compiled or transformers"):
         sample(model, tok, PROMPTS, max_new_tokens=4, decode="fast")
 
 
@@ -314,3 +316,57 @@ def test_auto_keeps_large_models_on_the_transformers_path(tok, monkeypatch):
     monkeypatch.setattr(rollout, "AUTO_STATIC_BYTES", 1024)
     sample(model, tok, PROMPTS, max_new_tokens=3, eos_token_ids=10**6)
     assert not calls
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "llama", "qwen3-norms"])
+def test_forward_at_reads_the_whole_cache_as_step_reads_its_prefix(tok, name, layout):
+    """`forward_at` (every slot, the ones after `slot` masked; what decode="compiled" runs, here eagerly) against
+    `step` (the written prefix only) on a second decoder, token after token, float64: the same logits to ~1e-12.
+    Its decoder's unwritten slots hold zeros, not uninitialised memory (a masked value still enters 0 x value)."""
+    model = dict(models(tok, torch.float64))[name]
+    g = torch.Generator().manual_seed(2)
+    ids, mask = _padded(PROMPTS)
+    P, steps = ids.shape[1], 5
+    extra = torch.randint(3, len(tok), (len(PROMPTS), steps), generator=g)
+    with torch.no_grad():
+        whole, prefix = StaticDecoder(model, 3, P + steps + 4, whole_cache=True), StaticDecoder(model, 3, P + steps)
+        assert whole.kernel != "onednn"  # torch.compile cannot trace oneDNN's reordered weights
+        a, b = (d.prefill(ids, mask, position_ids(mask), 1) for d in (whole, prefix))
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+        assert all(torch.equal(c[:, :, P:], torch.zeros_like(c[:, :, P:])) for L in whole.layers
+                   for c in (L.keys, L.values))  # fmt: skip
+        pos = position_ids(mask)[:, -1] + 1
+        for t in range(steps):
+            got = whole.forward_at(extra[:, t], pos + t, torch.tensor(P + t))
+            torch.testing.assert_close(got, prefix.step(extra[:, t], pos + t), rtol=0, atol=1e-12)
+
+
+@pytest.mark.skipif(compiler_missing() is not None, reason="torch.compile has no C++ compiler here")
+def test_compiled_sampling_draws_what_the_static_path_draws(tok):
+    """decode="compiled" (one torch.compile graph per step: decoder and draw) against decode="static" under the same
+    generator: the same tokens, EOS included (rows finish at different steps and keep computing), log-probs and
+    entropies to float rounding, and the update's forward agrees with its log-probs; twice, so that the second call
+    runs the cached graph on freshly allocated caches. Each sampling mode is its own graph (seconds of compiling)."""
+    model = dict(models(tok))["qwen2"]
+    for mode in (dict(), dict(top_p=0.7, temperature=0.8), dict(greedy=True)):
+        runs = []
+        for decode in ("static", "compiled", "compiled"):
+            g = torch.Generator().manual_seed(7)
+            runs.append(sample(model, tok, PROMPTS, n=8, max_new_tokens=40, generator=g, decode=decode, **mode))
+        want = runs[0]
+        assert int((want.response_mask.sum(-1) < 40).sum()) >= 4 or mode.get("greedy")  # rows do finish early
+        for got in runs[1:]:
+            assert torch.equal(got.input_ids, want.input_ids) and torch.equal(got.response_mask, want.response_mask)
+            torch.testing.assert_close(got.sampler_logp, want.sampler_logp, rtol=0, atol=1e-5)
+            torch.testing.assert_close(got.sampler_entropy, want.sampler_entropy, rtol=0, atol=1e-5)
+        lp, _ = token_logprobs(model, runs[2], temperature=mode.get("temperature", 1.0))
+        torch.testing.assert_close(lp * runs[2].response_mask, runs[2].sampler_logp, rtol=0, atol=1e-5)
+
+
+def test_compiled_decode_without_a_compiler_refuses(tok, monkeypatch):
+    import rpgrl.rollout as rollout
+
+    monkeypatch.setattr(rollout, "compiler_missing", lambda: "torch.compile finds no C++ compiler (X; set CXX)")
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64)
+    with pytest.raises(ValueError, match="decode='compiled' does not support this model: torch.compile finds no C"):
+        sample(model, tok, PROMPTS, max_new_tokens=2, decode="compiled")

@@ -90,10 +90,12 @@ class RolloutConfig:
     """nucleus sampling threshold (1.0 = off; top-k is always off)"""
     gen_batch_size: int = 256
     """sequences per generation call (memory knob only, results do not depend on it)"""
-    decode: Literal["auto", "static", "transformers"] = "auto"
-    """decode step: 'static' (rpgrl.decode: static KV cache, fused projections; Qwen2/Qwen3/Llama), 'transformers'
-    (the model's own forward, any causal LM), 'auto' = static where supported and the weights are under 2 GiB (its
-    fused projections, on oneDNN all four layer weights, are per-call copies). Same distribution either way"""
+    decode: Literal["auto", "static", "compiled", "transformers"] = "auto"
+    """decode step: 'static' (rpgrl.decode: static KV cache, fused projections; Qwen2/Qwen3/Llama), 'compiled'
+    (the same step and the token draw as one torch.compile graph: seconds of compiling per rows x cache length,
+    then faster on small models; needs a C++ compiler), 'transformers' (the model's own forward, any causal LM),
+    'auto' = static where supported and the weights are under 2 GiB (its fused projections, on oneDNN all four layer
+    weights, are per-call copies). Same distribution either way"""
     group_filter: Literal["off", "drop", "fill"] = "drop"
     """groups whose G responses are all correct or all wrong carry no signal: 'drop' leaves them out of the
     update; 'fill' is DAPO's dynamic sampling (keep generating until prompts_per_step mixed groups, spec 5.3)"""

@@ -151,7 +151,10 @@ class StaticDecoder:
     """One model's decode step on a static cache of `batch` rows and `length` positions. Built per sampling call
     (it fuses the current weights, so a later optimizer step is not seen)."""
 
-    def __init__(self, model, batch: int, length: int):
+    def __init__(self, model, batch: int, length: int, whole_cache: bool = False):
+        """whole_cache: for `forward_at`, which reads every slot: the cache starts zeroed (a masked key still
+        multiplies its value by 0, and uninitialised memory may hold NaN), and the products stay off oneDNN's
+        reordered weights, which torch.compile cannot trace."""
         cfg, core = model.config, model.model
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
@@ -170,7 +173,8 @@ class StaticDecoder:
         self.sin = sin[0][:, None] * scale * _half_signs(self.hd, dtype, dev)  # rotate_half's signs folded in
         self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
         self.softmax_dtype = torch.promote_types(dtype, torch.float32)  # attention weights in float32 or wider
-        self.kernel = _kernel(cfg.hidden_size, dtype, dev)
+        self.kernel = _kernel(cfg.hidden_size, dtype, dev, onednn=not whole_cache)
+        self.new_cache = torch.zeros if whole_cache else torch.empty
         self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         self.filled = 0
         self.rows: Tensor | None = None  # the rows still computed (after compaction), None = all
@@ -196,8 +200,8 @@ class StaticDecoder:
             ln2=None if fold else ln2,
             wgu=_pack(_fused((m.gate_proj.weight, m.up_proj.weight), ln2 if fold else None), k, batch),
             wd=_pack(m.down_proj.weight, k, batch),
-            keys=torch.empty(**kv),
-            values=torch.empty(**kv),
+            keys=self.new_cache(**kv),
+            values=self.new_cache(**kv),
         )
 
     def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor, repeats: int) -> Tensor:
@@ -265,6 +269,28 @@ class StaticDecoder:
         self.filled = s + 1
         return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
 
+    def forward_at(self, tokens: Tensor, positions: Tensor, slot: Tensor) -> Tensor:
+        """Feed one token per row (tokens, positions: (B,)) at cache slot `slot` (a 0-dim integer tensor); returns
+        logits (B, V). Every row, whole cache: each query attends over all S keys with the ones after `slot` masked,
+        so every step has the same shapes and no Python number changes, and `torch.compile` builds it once per
+        (B, S) (`rollout.sample(decode="compiled")`). It neither drops rows nor moves `filled`: use `step` or this,
+        on a decoder built with `whole_cache=True`."""
+        B, S, nh, nkv, hd = tokens.shape[0], self.bias.shape[1], self.nh, self.nkv, self.hd
+        x = F.embedding(tokens, self.embed)  # (B, H)
+        cos, sin = self.cos[positions], self.sin[positions]  # (B, nh + nkv, hd)
+        later = torch.arange(S, device=tokens.device) > slot  # (S,): keys not written yet
+        bias = self.bias.masked_fill(later, -torch.inf)[:, None].expand(B, nkv, S).reshape(B * nkv, 1, S)
+        at = slot.view(1)
+        for L in self.layers:
+            qk, v = self._qkv(L, x, cos, sin)
+            L.keys.index_copy_(2, at, qk[:, nh:, None])
+            L.values.index_copy_(2, at, v[:, :, None])
+            q = qk[:, :nh].reshape(B * nkv, nh // nkv, hd)  # query head h reads KV head h // (nh / nkv)
+            keys, values = L.keys.view(B * nkv, S, hd), L.values.view(B * nkv, S, hd)
+            p = torch.softmax(torch.baddbmm(bias, q, keys.transpose(1, 2)), -1, dtype=self.softmax_dtype)
+            x = self._attn_out_and_mlp(L, x, (p.to(values.dtype) @ values).view(B, nh * hd))
+        return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
+
     def _qkv(self, L: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times the attention's scale,
         folded into cos/sin (N, nh + nkv, hd)), and values (N, nkv, hd)."""
@@ -287,9 +313,9 @@ class StaticDecoder:
         return _residual(x, act, L.wd, None, self.kernel)
 
 
-def _kernel(hidden: int, dtype: torch.dtype, device: torch.device) -> str:
+def _kernel(hidden: int, dtype: torch.dtype, device: torch.device, onednn: bool = True) -> str:
     """How the layer products run: 'onednn' (reordered weights), 'weight_left' (w @ x^T) or 'rows' (x @ w^T)."""
-    if onednn_available(dtype, device) and hidden >= ONEDNN_MIN_HIDDEN:
+    if onednn and onednn_available(dtype, device) and hidden >= ONEDNN_MIN_HIDDEN:
         return "onednn"
     return "weight_left" if hidden >= WEIGHT_LEFT_MIN_HIDDEN else "rows"
 

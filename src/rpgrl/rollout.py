@@ -17,6 +17,7 @@ Left out: vLLM or any other engine, stop strings, repetition penalties, top-k.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -271,12 +272,54 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-def categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def categorical(probs: Tensor, generator: torch.Generator | None = None, *, noise: Tensor | None = None) -> Tensor:
     """(N, V) probabilities -> (N,) one draw per row: argmax(probs / E) with E ~ Exp(1) i.i.d. (the Gumbel-max
     trick). This is torch.multinomial(probs, 1)'s own algorithm and random stream, without its input checks (each a
-    device sync); `tests/test_rollout.py` checks that the draws are identical."""
-    noise = torch.empty_like(probs).exponential_(1, generator=generator)
-    return (probs / noise).argmax(-1)
+    device sync); `tests/test_rollout.py` checks that the draws are identical. noise: E, if already drawn
+    (`_noise(probs, generator)`: the compiled decode draws it outside its graph)."""
+    return (probs / (_noise(probs, generator) if noise is None else noise)).argmax(-1)
+
+
+def _noise(like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """The Exp(1) draws `categorical` divides by, shaped and typed like `like` (N, V)."""
+    return torch.empty_like(like).exponential_(1, generator=generator)
+
+
+def _draw(logits: Tensor, temperature: float, top_p: float, noise: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(B, V) logits -> the next tokens (B,), their log-probs under softmax(logits / temperature) (B,) and its
+    entropies (B,). noise: `_noise(logits)` for a draw as `categorical` makes it (top-p filtered), None = argmax."""
+    logp_all = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, -1)  # (B, V)
+    p_all = logp_all.exp()
+    tok = logits.argmax(-1) if noise is None else categorical(top_p_filter(p_all, top_p), noise=noise)
+    return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1), -(p_all * logp_all).nansum(-1)  # 0 * -inf = nan
+
+
+def _compiled_draw(dec: StaticDecoder, tokens: Tensor, positions: Tensor, slot: Tensor, temperature: float,
+                   top_p: float, noise: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """`decode="compiled"`'s whole step, one graph: the decoder at `slot`, then `_draw` of the next tokens."""
+    return _draw(_upcast(dec.forward_at(tokens, positions, slot)), temperature, top_p, noise)
+
+
+@functools.cache
+def _compiled_step() -> Callable:
+    """`_compiled_draw` under torch.compile: static shapes (one graph per rows x cache length), the generated
+    kernels called from C++ (`cpp_wrapper`: no Python between them). Built on first use; compiled graphs are also
+    cached on disk by Inductor, so a later process compiles faster."""
+    return torch.compile(_compiled_draw, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
+
+
+def compiler_missing() -> str | None:
+    """None when torch.compile's CPU backend finds its C++ compiler, else why not (for decode="compiled")."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()
+    except Exception as e:  # noqa: BLE001 - any failure means no compiled decode
+        return f"torch.compile finds no C++ compiler ({type(e).__name__}; set CXX)"
+    return None
+
+
+COMPILED_LENGTH_STEP = 32  # decode="compiled" rounds the cache length up to a multiple of this: fewer recompiles
 
 
 def kv_cache_bytes(model, rows: int, length: int) -> int:
@@ -329,10 +372,12 @@ def sample(
     batch_size: prompts per forward chunk (each chunk holds batch_size * n rows); None = all at once.
     generator: a `torch.Generator` for reproducible sampling (on the model's device).
     eos_token_ids: stop tokens; default = the model's generation-config EOS ids plus the tokenizer's.
-    decode: "static" (`rpgrl.decode.StaticDecoder`: static KV cache, fused projections), "transformers" (the
-    model's own forward with a DynamicCache, any causal LM), or "auto": static where `decode.supported(model)` and
-    the weights are under AUTO_STATIC_BYTES (the fused q|k|v and gate|up weights are copies made per call, and on
-    oneDNN the o and down weights too, reordered).
+    decode: "static" (`rpgrl.decode.StaticDecoder`: static KV cache, fused projections), "compiled" (the same
+    decoder and the token draw as one torch.compile graph per rows x cache length: asked for only, as its first call
+    compiles for seconds; the same draws to float rounding), "transformers" (the model's own forward with a
+    DynamicCache, any causal LM), or "auto": static where `decode.supported(model)` and the weights are under
+    AUTO_STATIC_BYTES (the fused q|k|v and gate|up weights are copies made per call, and on oneDNN the o and down
+    weights too, reordered).
     Each path also prefills the prompts its own way, each distinct prompt once per chunk.
     """
     if not prompts:
@@ -386,7 +431,12 @@ def sample(
 
 
 def _decode_path(model, decode: str) -> str:
-    """The decode path `sample` takes: 'static' or 'transformers'."""
+    """The decode path `sample` takes: 'static', 'compiled' (asked for only) or 'transformers'."""
+    if decode == "compiled":
+        why = supported(model) or compiler_missing()
+        if why is not None:
+            raise ValueError(f"sample: decode='compiled' does not support this model: {why}")
+        return decode
 
     def reason() -> str | None:
         why = supported(model)
@@ -395,14 +445,16 @@ def _decode_path(model, decode: str) -> str:
             why = "weights over AUTO_STATIC_BYTES" if size > AUTO_STATIC_BYTES else None
         return why
 
-    return _pick_path("sample", "decode", "static", decode, reason)
+    return _pick_path("sample", "decode", "static", decode, reason, also="compiled")
 
 
-def _pick_path(where: str, key: str, fast: str, choice: str, reason: Callable[[], str | None]) -> str:
+def _pick_path(where: str, key: str, fast: str, choice: str, reason: Callable[[], str | None], also: str = "") -> str:
     """`fast` or 'transformers' for `choice` in (auto, `fast`, transformers): `fast` when `reason()` (why the model
-    does not suit it) is None; `fast` asked for on a model it does not suit is a ValueError naming the reason."""
+    does not suit it) is None; `fast` asked for on a model it does not suit is a ValueError naming the reason.
+    `also`: one more valid choice, handled by the caller (named in the error)."""
     if choice not in ("auto", fast, "transformers"):
-        raise ValueError(f"{where}: {key} must be auto, {fast} or transformers, got {choice!r}")
+        more = f", {also}" if also else ""
+        raise ValueError(f"{where}: {key} must be auto, {fast}{more} or transformers, got {choice!r}")
     if choice == "transformers":
         return "transformers"
     why = reason()
@@ -422,28 +474,34 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     B = U * n
     pos = position_ids(prompt_mask)
     # Prefill the U unique prompts once, then repeat cache and last logits n times (rows of a group adjacent).
-    if decode == "static":
-        step = StaticDecoder(model, B, P + max_new_tokens)
-        last = step.prefill(prompt_ids, prompt_mask, pos, n)
-    else:
+    if decode == "transformers":
         step = _TransformersStep(model, prompt_ids, prompt_mask, pos, n)
         last = step.last
+    else:
+        length = P + max_new_tokens
+        if decode == "compiled":
+            length = -(-length // COMPILED_LENGTH_STEP) * COMPILED_LENGTH_STEP
+        step = StaticDecoder(model, B, length, whole_cache=decode == "compiled")
+        last = step.prefill(prompt_ids, prompt_mask, pos, n)
     logits = _upcast(last).repeat_interleave(n, 0)  # (B, V)
     next_pos = pos[:, -1].repeat_interleave(n, 0) + 1  # (B,)
     eos_t = torch.as_tensor(eos, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens, logps, ents = [], [], []
+    tok, lp, ent = _draw(logits, temperature, top_p, None if greedy else _noise(logits, generator))
     for t in range(max_new_tokens):
-        logp_all = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, -1)  # (B, V)
-        p_all = logp_all.exp()
-        tok = logits.argmax(-1) if greedy else categorical(top_p_filter(p_all, top_p), generator)
         tokens.append(tok)  # finished rows' tokens, log-probs and entropies are masked once, after the loop
-        logps.append(logp_all.gather(-1, tok[:, None]).squeeze(-1))
-        ents.append(-(p_all * logp_all).nansum(-1))  # 0 * -inf = nan for masked logits
+        logps.append(lp)
+        ents.append(ent)
         done = done | torch.isin(tok, eos_t)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
-        logits = _upcast(step.step(tok, next_pos, done))
+        noise = None if greedy else _noise(logits, generator)  # drawn in the same order on every path
+        if decode == "compiled":  # every row, whole cache: no rows dropped, no Python number changes
+            slot = torch.tensor(P + t, device=device)
+            tok, lp, ent = _compiled_step()(step, tok, next_pos, slot, temperature, top_p, noise)
+        else:
+            tok, lp, ent = _draw(_upcast(step.step(tok, next_pos, done)), temperature, top_p, noise)
         next_pos = next_pos + 1
     response = torch.stack(tokens, 1)  # (B, T)
     r_mask = response_mask_from_ids(response, eos)

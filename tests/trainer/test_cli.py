@@ -237,7 +237,9 @@ def test_warm_start_without_the_synthetic_task_creates_nothing(capsys, tmp_path)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("key,value", [("rollout.decode", "static"), ("train.forward", "packed")])
+@pytest.mark.parametrize(
+    "key,value", [("rollout.decode", "static"), ("rollout.decode", "compiled"), ("train.forward", "packed")]
+)
 def test_static_decode_on_an_unsupported_model_creates_nothing(capsys, tmp_path, key, value):
     """rollout.decode static / train.forward packed on a model rpgrl.decode / rpgrl.packed do not compute exactly
     (a GELU MLP) fails at setup, naming the reason; 'auto' would fall back to the transformers path."""

@@ -128,16 +128,20 @@ def model_vocab(cfg: Config, tokenizer) -> int | None:
 
 
 def _check_decode(cfg: Config, model) -> None:
-    """rollout.decode 'static' or train.forward 'packed' on a model (or its config) whose architecture `rpgrl.decode`
-    and `rpgrl.packed` do not compute exactly: one line."""
+    """rollout.decode 'static' / 'compiled' or train.forward 'packed' on a model (or its config) whose architecture
+    `rpgrl.decode` and `rpgrl.packed` do not compute exactly, or 'compiled' without a C++ compiler: one line."""
     from rpgrl.decode import supported
 
-    asked = [k for k, v in (("rollout.decode", cfg.rollout.decode), ("train.forward", cfg.train.forward))
-             if v in ("static", "packed")]  # fmt: skip
+    asked = [(k, v) for k, v in (("rollout.decode", cfg.rollout.decode), ("train.forward", cfg.train.forward))
+             if v in ("static", "compiled", "packed")]  # fmt: skip
     reason = supported(model) if asked else None
+    if reason is None and cfg.rollout.decode == "compiled":
+        from rpgrl.rollout import compiler_missing
+
+        reason, asked = compiler_missing(), [("rollout.decode", "compiled")]
     if reason is not None:
-        value = {"rollout.decode": "static", "train.forward": "packed"}[asked[0]]
-        raise UsageError(f"{asked[0]} {value} does not support this model ({reason}); use auto or transformers")
+        key, value = asked[0]
+        raise UsageError(f"{key} {value} does not support this model ({reason}); use auto or transformers")
 
 
 @dataclasses.dataclass
