@@ -366,7 +366,7 @@ def test_compiled_sampling_draws_what_the_static_path_draws(tok):
 def test_compiled_decode_without_a_compiler_refuses(tok, monkeypatch):
     import rpgrl.rollout as rollout
 
-    monkeypatch.setattr(rollout, "compiler_missing", lambda: "torch.compile finds no C++ compiler (X; set CXX)")
+    monkeypatch.setattr(rollout, "compiler_missing", lambda: "torch.compile finds no C++ compiler (X: set CXX to one)")
     model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64)
-    with pytest.raises(ValueError, match="decode='compiled' does not support this model: torch.compile finds no C"):
+    with pytest.raises(ValueError, match=r"decode='compiled': torch.compile finds no C\+\+ compiler"):
         sample(model, tok, PROMPTS, max_new_tokens=2, decode="compiled")

@@ -315,7 +315,7 @@ def compiler_missing() -> str | None:
 
         get_cpp_compiler()
     except Exception as e:  # noqa: BLE001 - any failure means no compiled decode
-        return f"torch.compile finds no C++ compiler ({type(e).__name__}; set CXX)"
+        return f"torch.compile finds no C++ compiler ({type(e).__name__}: set CXX to one)"
     return None
 
 
@@ -433,9 +433,10 @@ def sample(
 def _decode_path(model, decode: str) -> str:
     """The decode path `sample` takes: 'static', 'compiled' (asked for only) or 'transformers'."""
     if decode == "compiled":
-        why = supported(model) or compiler_missing()
-        if why is not None:
+        if (why := supported(model)) is not None:
             raise ValueError(f"sample: decode='compiled' does not support this model: {why}")
+        if (why := compiler_missing()) is not None:
+            raise ValueError(f"sample: decode='compiled': {why}")
         return decode
 
     def reason() -> str | None:

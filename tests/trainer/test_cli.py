@@ -237,6 +237,17 @@ def test_warm_start_without_the_synthetic_task_creates_nothing(capsys, tmp_path)
     assert not out.exists()
 
 
+def test_compiled_decode_without_a_compiler_creates_nothing(capsys, tmp_path, monkeypatch):
+    """rollout.decode compiled where torch.compile finds no C++ compiler: one line at setup, naming it."""
+    import rpgrl.rollout
+
+    monkeypatch.setattr(rpgrl.rollout, "compiler_missing", lambda: "torch.compile finds no C++ compiler (X: set CXX)")
+    out = tmp_path / "run"
+    err = _fail(capsys, ["--rollout.decode", "compiled", "--out", str(out), *TINY_ARGS])
+    assert "rollout.decode compiled: torch.compile finds no C++ compiler" in err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     "key,value", [("rollout.decode", "static"), ("rollout.decode", "compiled"), ("train.forward", "packed")]
 )

@@ -135,13 +135,14 @@ def _check_decode(cfg: Config, model) -> None:
     asked = [(k, v) for k, v in (("rollout.decode", cfg.rollout.decode), ("train.forward", cfg.train.forward))
              if v in ("static", "compiled", "packed")]  # fmt: skip
     reason = supported(model) if asked else None
-    if reason is None and cfg.rollout.decode == "compiled":
-        from rpgrl.rollout import compiler_missing
-
-        reason, asked = compiler_missing(), [("rollout.decode", "compiled")]
     if reason is not None:
         key, value = asked[0]
         raise UsageError(f"{key} {value} does not support this model ({reason}); use auto or transformers")
+    if cfg.rollout.decode == "compiled":
+        from rpgrl.rollout import compiler_missing
+
+        if (why := compiler_missing()) is not None:
+            raise UsageError(f"rollout.decode compiled: {why}; use auto or static")
 
 
 @dataclasses.dataclass
