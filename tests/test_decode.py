@@ -346,17 +346,20 @@ def test_compiled_sampling_draws_what_the_static_path_draws(tok):
     """decode="compiled" (one torch.compile graph per step: decoder and draw) against decode="static" under the same
     generator: the same tokens, EOS included (rows finish at different steps and keep computing), log-probs and
     entropies to float rounding, and the update's forward agrees with its log-probs; twice, so that the second call
-    runs the cached graph on freshly allocated caches. Each sampling mode is its own graph (seconds of compiling)."""
-    model = dict(models(tok))["qwen2"]
-    for mode in (dict(), dict(top_p=0.7, temperature=0.8), dict(greedy=True)):
+    runs the cached graph on freshly allocated caches. Each sampling mode and model is its own graph (seconds of
+    compiling): every mode on Qwen2, plain draws on Qwen3 (q/k norms, random norm weights) and Llama (biases)."""
+    cases = [("qwen2", mode) for mode in (dict(), dict(top_p=0.7, temperature=0.8), dict(greedy=True))]
+    for name, mode in [*cases, ("qwen3-norms", dict()), ("llama", dict())]:
+        model = dict(models(tok))[name]
         runs = []
         for decode in ("static", "compiled", "compiled"):
             g = torch.Generator().manual_seed(7)
             runs.append(sample(model, tok, PROMPTS, n=8, max_new_tokens=40, generator=g, decode=decode, **mode))
         want = runs[0]
-        assert int((want.response_mask.sum(-1) < 40).sum()) >= 4 or mode.get("greedy")  # rows do finish early
+        assert int((want.response_mask.sum(-1) < 40).sum()) >= 4 or mode.get("greedy"), name  # rows finish early
         for got in runs[1:]:
-            assert torch.equal(got.input_ids, want.input_ids) and torch.equal(got.response_mask, want.response_mask)
+            assert torch.equal(got.input_ids, want.input_ids), (name, mode)
+            assert torch.equal(got.response_mask, want.response_mask)
             torch.testing.assert_close(got.sampler_logp, want.sampler_logp, rtol=0, atol=1e-5)
             torch.testing.assert_close(got.sampler_entropy, want.sampler_entropy, rtol=0, atol=1e-5)
         lp, _ = token_logprobs(model, runs[2], temperature=mode.get("temperature", 1.0))
