@@ -366,6 +366,21 @@ def test_compiled_sampling_draws_what_the_static_path_draws(tok):
         torch.testing.assert_close(lp * runs[2].response_mask, runs[2].sampler_logp, rtol=0, atol=1e-5)
 
 
+@pytest.mark.skipif(compiler_missing() is not None, reason="torch.compile has no C++ compiler here")
+def test_compiled_sampling_past_the_recompile_limit_runs_on(tok, monkeypatch):
+    """More shapes than torch._dynamo compiles graphs for (its recompile limit, here 1): the shapes past it run the
+    same step eagerly, with the same tokens as the static path, and nothing raises (a full graph would)."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    model = dict(models(tok))["qwen2"]
+    for n in (2, 3, 5):
+        runs = [sample(model, tok, PROMPTS, n=n, max_new_tokens=6, generator=torch.Generator().manual_seed(n),
+                       decode=decode) for decode in ("static", "compiled")]  # fmt: skip
+        assert torch.equal(runs[0].input_ids, runs[1].input_ids)
+        torch.testing.assert_close(runs[1].sampler_logp, runs[0].sampler_logp, rtol=0, atol=1e-5)
+
+
 def test_compiled_decode_without_a_compiler_refuses(tok, monkeypatch):
     import rpgrl.rollout as rollout
 

@@ -302,10 +302,12 @@ def _compiled_draw(dec: StaticDecoder, tokens: Tensor, positions: Tensor, slot: 
 
 @functools.cache
 def _compiled_step() -> Callable:
-    """`_compiled_draw` under torch.compile: static shapes (one graph per rows x cache length), the generated
-    kernels called from C++ (`cpp_wrapper`: no Python between them). Built on first use; compiled graphs are also
-    cached on disk by Inductor, so a later process compiles faster."""
-    return torch.compile(_compiled_draw, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
+    """`_compiled_draw` under torch.compile: static shapes (one graph per rows x cache length x sampling mode), the
+    generated kernels called from C++ (`cpp_wrapper`: no Python between them). Built on first use; compiled graphs
+    are also cached on disk by Inductor, so a later process compiles faster. Not `fullgraph`: once torch._dynamo's
+    recompile limit is reached (8 graphs), further shapes run `_compiled_draw` eagerly, the same values, where a
+    full graph would raise mid-run."""
+    return torch.compile(_compiled_draw, dynamic=False, options={"cpp_wrapper": True})
 
 
 def compiler_missing() -> str | None:
