@@ -10,7 +10,8 @@ fixed for the whole sampling call, so where oneDNN is there (float32 on the CPU)
 the per-call packing of the weight that a BLAS call does; otherwise, from a hidden size of WEIGHT_LEFT_MIN_HIDDEN on,
 the products run as w @ x^T (the weight on the left), which the BLAS runs faster at few rows. The prompts are
 prefilled by the same layers (`prefill`: each distinct prompt once, its keys and values copied to the rows of its
-group), so no `transformers` cache is built at all.
+group), so no `transformers` cache is built at all. `forward_at` is the same step over the whole cache under a mask,
+with the cache slot as a tensor, so every step has the same shapes: what `rollout.sample(decode="compiled")` compiles.
 
 The math is the model's: RMSNorm in float32 (`w * x * rsqrt(mean(x^2) + eps)`; in a float32 or float64 model the
 weight w is folded into the q|k|v and gate|up weights, a rounding-level difference), RoPE with the cos/sin of the

@@ -2,8 +2,9 @@
 
 - `sample(model, tokenizer, prompts, n=G, ...)` -> `Rollout`: G samples per prompt from a Hugging Face causal LM
   with its KV cache. Each prompt is encoded once (prefill of the unique prompts), then the cache is repeated G
-  times. A plain decode loop over `model(...)`; it samples with true temperature / top-p (no hidden top-k) or
-  greedily, stops at EOS or `max_new_tokens`, and stops early once every row is done.
+  times. A decode loop over `rpgrl.decode`'s static-cache step (or the model's own forward, or the step and the draw
+  compiled: `decode`); it samples with true temperature / top-p (no hidden top-k) or greedily, stops at EOS or
+  `max_new_tokens`, and stops early once every row is done.
 - `token_logprobs(model, rollout)` -> log-probs (and optionally entropies) of the response tokens, computed chunk by
   chunk from the final hidden states, so a full (B, T, V) float32 logits tensor is never materialised; like the
   sampler, it forwards each group's prompt once (`rpgrl.packed`: prompt and response tokens packed as one matrix).
