@@ -11,6 +11,10 @@ the mean |log w| and the KL term's share of the gradient weight (`kl/grad_share`
     .venv/bin/python benchmarks/learn_default.py --seeds 0 1 -- --optim.lr 2e-4   # extra args go to rpgrl train
     .venv/bin/python benchmarks/learn_default.py --same-sitting 1d53140 --seeds 0 1 2  # wall time against a commit
 
+`--same-sitting` also writes issue 12's demo target (at most 0.6x of the baseline's wall time) with its bound: the
+current runs' time if only the weight products of the warm start, update and generation took time (the default's
+product shares in results/roofline.json), the rest as measured (`demo_target`).
+
 Finished seeds are kept in the results file as they complete; a rerun with the same command and commit skips them
 (`--fresh` reruns everything). Run it alone (`flock /tmp/rpgrl-heavy.lock ...`): two jobs on two cores halve
 throughput.
