@@ -307,22 +307,44 @@ def _compiled_step() -> Callable:
     generated kernels called from C++ (`cpp_wrapper`: no Python between them). Built on first use; compiled graphs
     are also cached on disk by Inductor, so a later process compiles faster. Not `fullgraph`: once torch._dynamo's
     recompile limit is reached (8 graphs), further shapes run `_compiled_draw` eagerly, the same values, where a
-    full graph would raise mid-run."""
-    return torch.compile(_compiled_draw, dynamic=False, options={"cpp_wrapper": True})
+    full graph would raise mid-run (torch._dynamo logs a warning). `emulate_precision_casts`: a bfloat16 model's
+    intermediates are rounded where eager rounds them (without it its logits moved by ~2e-3 and draws flipped)."""
+    return torch.compile(_compiled_draw, dynamic=False, options={"cpp_wrapper": True, "emulate_precision_casts": True})
 
 
+@functools.cache
 def compiler_missing() -> str | None:
-    """None when torch.compile's CPU backend finds its C++ compiler, else why not (for decode="compiled")."""
+    """None when torch.compile's CPU backend builds and runs a small graph as decode="compiled" compiles (C++
+    wrapper), else why not: a missing or broken compiler, headers or OpenMP fail here, once per process, not in the
+    middle of a run. Takes a few seconds the first time (Inductor's import and one compile)."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
 
         get_cpp_compiler()
     except Exception as e:  # noqa: BLE001 - any failure means no compiled decode
-        return f"torch.compile finds no C++ compiler ({type(e).__name__}: set CXX to one)"
-    return None
+        cxx = os.environ.get("CXX")
+        return f"torch.compile finds no C++ compiler ({type(e).__name__}; " + (
+            f"CXX={cxx} does not work)" if cxx else "set CXX to one)"
+        )
+    try:
+        probe = torch.compile(_probe, dynamic=False, options={"cpp_wrapper": True})
+        ok = torch.equal(probe(torch.arange(4.0)), torch.arange(4.0) * 2 + 1)
+    except Exception as e:  # noqa: BLE001
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        return f"torch.compile cannot build a graph here ({type(e).__name__}: {first})"
+    return None if ok else "torch.compile's graph computed a wrong value"
+
+
+def _probe(x: Tensor) -> Tensor:
+    return x * 2 + 1
 
 
 COMPILED_LENGTH_STEP = 32  # decode="compiled" rounds the cache length up to a multiple of this: fewer recompiles
+
+
+def _cache_length(length: int, decode: str) -> int:
+    """The KV cache positions a decode path allocates for `length` = prompt + new tokens."""
+    return -(-length // COMPILED_LENGTH_STEP) * COMPILED_LENGTH_STEP if decode == "compiled" else length
 
 
 def kv_cache_bytes(model, rows: int, length: int) -> int:
@@ -403,8 +425,8 @@ def sample(
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"sample: batch_size must be >= 1, got {batch_size}")
     step = batch_size or len(prompts)
-    check_kv_cache(model, min(step, len(prompts)) * n, max(map(len, prompts)) + max_new_tokens)
     decode = _decode_path(model, decode)
+    check_kv_cache(model, min(step, len(prompts)) * n, _cache_length(max(map(len, prompts)) + max_new_tokens, decode))
     eos = _eos_ids(model, tokenizer, eos_token_ids)
     pad = _pad_id(tokenizer, eos)
     starts = range(0, len(prompts), step)
@@ -482,10 +504,7 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         step = _TransformersStep(model, prompt_ids, prompt_mask, pos, n)
         last = step.last
     else:
-        length = P + max_new_tokens
-        if decode == "compiled":
-            length = -(-length // COMPILED_LENGTH_STEP) * COMPILED_LENGTH_STEP
-        step = StaticDecoder(model, B, length, whole_cache=decode == "compiled")
+        step = StaticDecoder(model, B, _cache_length(P + max_new_tokens, decode), whole_cache=decode == "compiled")
         last = step.prefill(prompt_ids, prompt_mask, pos, n)
     logits = _upcast(last).repeat_interleave(n, 0)  # (B, V)
     next_pos = pos[:, -1].repeat_interleave(n, 0) + 1  # (B,)
@@ -500,7 +519,8 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
         done = done | torch.isin(tok, eos_t)
         if t == max_new_tokens - 1 or bool(done.all()):
             break
-        noise = None if greedy else _noise(logits, generator)  # drawn in the same order on every path
+        # drawn in the same order on every path, shaped like every step's logits: (B, V) in the upcast dtype
+        noise = None if greedy else _noise(logits, generator)
         if decode == "compiled":  # every row, whole cache: no rows dropped, no Python number changes
             slot = torch.tensor(P + t, device=device)
             tok, lp, ent = _compiled_step()(step, tok, next_pos, slot, temperature, top_p, noise)
