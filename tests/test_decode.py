@@ -376,18 +376,29 @@ def test_compiled_sampling_draws_what_the_static_path_draws(tok):
 
 
 def test_compiled_sampling_past_the_recompile_limit_runs_on(tok, monkeypatch):
-    """More shapes than torch._dynamo compiles graphs for (its recompile limit, here 1): the shapes past it run the
-    same step eagerly, with the same tokens as the static path, and nothing raises (a full graph would)."""
+    """More shapes than torch._dynamo compiles graphs for (its recompile limit, here 2, one graph already built):
+    the next shape compiles, the ones past the limit take the static path (not the compiled step run eagerly), a
+    shape compiled before stays compiled, and every draw is the static path's; nothing raises (a full graph would)."""
     import torch._dynamo
 
+    import rpgrl.rollout as rollout
+
     _needs_a_compiler()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    monkeypatch.setattr(rollout, "_GRAPHS", {("a graph built before",)})
+    whole = []
+    forward_at = StaticDecoder.forward_at
+    monkeypatch.setattr(
+        StaticDecoder, "forward_at", lambda self, *a: whole.append(a[0].shape[0]) or forward_at(self, *a)
+    )
     model = dict(models(tok))["qwen2"]
-    for n in (2, 3, 5):
+    for n in (2, 3, 5, 2):
+        whole.clear()
         runs = [sample(model, tok, PROMPTS, n=n, max_new_tokens=6, generator=torch.Generator().manual_seed(n),
                        decode=decode) for decode in ("static", "compiled")]  # fmt: skip
         assert torch.equal(runs[0].input_ids, runs[1].input_ids)
         torch.testing.assert_close(runs[1].sampler_logp, runs[0].sampler_logp, rtol=0, atol=1e-5)
+        assert bool(whole) == (n == 2), (n, whole)  # compiled: n = 2 only (the budget's second graph)
 
 
 def test_compiled_decode_without_a_compiler_refuses(tok, monkeypatch):

@@ -305,9 +305,10 @@ def _compiled_draw(dec: StaticDecoder, tokens: Tensor, positions: Tensor, slot: 
 def _compiled_step() -> Callable:
     """`_compiled_draw` under torch.compile: static shapes (one graph per rows x cache length x sampling mode), the
     generated kernels called from C++ (`cpp_wrapper`: no Python between them). Built on first use; compiled graphs
-    are also cached on disk by Inductor, so a later process compiles faster. Not `fullgraph`: once torch._dynamo's
-    recompile limit is reached (8 graphs), further shapes run `_compiled_draw` eagerly, the same values, where a
-    full graph would raise mid-run (torch._dynamo logs a warning). `emulate_precision_casts`: a bfloat16 model's
+    are also cached on disk by Inductor, so a later process compiles faster. `_graph_budget` keeps the graphs
+    under torch._dynamo's recompile limit (8); not `fullgraph` all the same: should its guards still see more
+    graphs than counted there, they run `_compiled_draw` eagerly, the same values, where a full graph would raise
+    in the middle of a run. `emulate_precision_casts`: a bfloat16 model's
     intermediates are rounded where eager rounds them (without it its logits moved by ~2e-3 and draws flipped)."""
     return torch.compile(_compiled_draw, dynamic=False, options={"cpp_wrapper": True, "emulate_precision_casts": True})
 
@@ -340,6 +341,24 @@ def _probe(x: Tensor) -> Tensor:
 
 
 COMPILED_LENGTH_STEP = 32  # decode="compiled" rounds the cache length up to a multiple of this: fewer recompiles
+
+
+_GRAPHS: set[tuple] = set()  # the graphs decode="compiled" has built in this process (`_graph_budget`)
+
+
+def _graph_budget(model, rows: int, length: int, mode: tuple) -> bool:
+    """Whether decode="compiled" runs a chunk of `rows` x `length` in sampling `mode` compiled: a graph it built
+    already, or a new one while fewer than torch._dynamo's recompile limit exist. Past the limit torch._dynamo would
+    run the compiled function eagerly (its whole-cache attention, no rows dropped: slower than the static step), so
+    `sample` takes the static path for such a chunk instead, the same draws."""
+    import torch._dynamo
+
+    p = next(model.parameters())
+    key = (rows, length, mode, p.dtype, p.device.type, model.config.to_json_string())
+    if key not in _GRAPHS and len(_GRAPHS) >= torch._dynamo.config.recompile_limit:
+        return False
+    _GRAPHS.add(key)
+    return True
 
 
 def _cache_length(length: int, decode: str) -> int:
@@ -499,6 +518,9 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     U, P = prompt_ids.shape
     B = U * n
     pos = position_ids(prompt_mask)
+    if decode == "compiled" and not _graph_budget(model, B, _cache_length(P + max_new_tokens, decode),
+                                                  (temperature, top_p, greedy)):  # fmt: skip
+        decode = "static"  # past torch._dynamo's recompile limit: the static step, not the compiled one run eagerly
     # Prefill the U unique prompts once, then repeat cache and last logits n times (rows of a group adjacent).
     if decode == "transformers":
         step = _TransformersStep(model, prompt_ids, prompt_mask, pos, n)
