@@ -355,7 +355,9 @@ def _graph_budget(model, rows: int, length: int, mode: tuple) -> bool:
 
     p = next(model.parameters())
     key = (rows, length, mode, p.dtype, p.device.type, model.config.to_json_string())
-    if key not in _GRAPHS and len(_GRAPHS) >= torch._dynamo.config.recompile_limit:
+    cfg = torch._dynamo.config
+    limit = getattr(cfg, "recompile_limit", None) or getattr(cfg, "cache_size_limit", 8)  # older torch's name
+    if key not in _GRAPHS and len(_GRAPHS) >= limit:
         return False
     _GRAPHS.add(key)
     return True
