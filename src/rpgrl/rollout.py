@@ -308,8 +308,8 @@ def _compiled_step() -> Callable:
     are also cached on disk by Inductor, so a later process compiles faster. `_graph_budget` keeps the graphs
     under torch._dynamo's recompile limit (8); not `fullgraph` all the same: should its guards still see more
     graphs than counted there, they run `_compiled_draw` eagerly, the same values, where a full graph would raise
-    in the middle of a run. `emulate_precision_casts`: a bfloat16 model's
-    intermediates are rounded where eager rounds them (without it its logits moved by ~2e-3 and draws flipped)."""
+    in the middle of a run. `emulate_precision_casts`: a bfloat16 model's intermediates are rounded where eager
+    rounds them (without it its logits moved by ~2e-3 and draws flipped)."""
     return torch.compile(_compiled_draw, dynamic=False, options={"cpp_wrapper": True, "emulate_precision_casts": True})
 
 
