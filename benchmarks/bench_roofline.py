@@ -17,6 +17,8 @@ In one process, 2 torch threads:
      are exact. Each phase's time is the best of `--reps` runs; `fraction_of_peak` = achieved GFLOP/s / gemm_gflops.
        generation               rpgrl.sample as the trainer runs it (decode="auto": the static-cache path)
        generation_transformers  the same with decode="transformers" (the model's own forward, today's baseline)
+       generation_compiled      the same with decode="compiled" (opt-in; where a C++ compiler works), its first
+                                call (compiling from scratch, Inductor's disk cache off) as `first_call_s`
        update                   token_logprobs + rpg_loss + backward + gradient clipping + the trainer's optimizer
                                 step (`make_optimizer` of the default config: fused AdamW) on the generated batch,
                                 as the trainer runs it (forward="auto": the packed forward, `rpgrl.packed`)
