@@ -370,7 +370,7 @@ def decode_profile(arch: dict, steps: int = 16) -> dict:
     from torch._inductor import config as inductor_config
 
     from rpgrl.decode import StaticDecoder
-    from rpgrl.rollout import position_ids
+    from rpgrl.rollout import COMPILE_OPTIONS, position_ids
 
     tok, model, prompt_ids = _setup(arch, PROMPTS_PER_STEP)
     B, P = PROMPTS_PER_STEP * G, len(prompt_ids[0])
@@ -395,8 +395,7 @@ def decode_profile(arch: dict, steps: int = 16) -> dict:
         loop(StaticDecoder._forward)
         products = product_share(lambda: loop(StaticDecoder._forward), 3)
         eager = min(loop(StaticDecoder._forward) for _ in range(3))
-        compiled_fn = torch.compile(StaticDecoder.forward_at, dynamic=False, fullgraph=True,
-                                    options={"cpp_wrapper": True})  # fmt: skip
+        compiled_fn = torch.compile(StaticDecoder.forward_at, dynamic=False, fullgraph=True, options=COMPILE_OPTIONS)
         t = time.perf_counter()
         with inductor_config.patch(force_disable_caches=True):  # compiled from scratch
             first = loop(compiled_fn, True) * steps

@@ -301,6 +301,9 @@ def _compiled_draw(dec: StaticDecoder, tokens: Tensor, positions: Tensor, slot: 
     return _draw(_upcast(dec.forward_at(tokens, positions, slot)), temperature, top_p, noise)
 
 
+COMPILE_OPTIONS = {"cpp_wrapper": True, "emulate_precision_casts": True}  # Inductor's, for decode="compiled"
+
+
 @functools.cache
 def _compiled_step() -> Callable:
     """`_compiled_draw` under torch.compile: static shapes (one graph per rows x cache length x sampling mode), the
@@ -310,7 +313,7 @@ def _compiled_step() -> Callable:
     graphs than counted there, they run `_compiled_draw` eagerly, the same values, where a full graph would raise
     in the middle of a run. `emulate_precision_casts`: a bfloat16 model's intermediates are rounded where eager
     rounds them (without it its logits moved by ~2e-3 and draws flipped)."""
-    return torch.compile(_compiled_draw, dynamic=False, options={"cpp_wrapper": True, "emulate_precision_casts": True})
+    return torch.compile(_compiled_draw, dynamic=False, options=COMPILE_OPTIONS)
 
 
 @functools.cache
@@ -328,7 +331,7 @@ def compiler_missing() -> str | None:
             f"CXX={cxx} does not work)" if cxx else "set CXX to one)"
         )
     try:
-        probe = torch.compile(_probe, dynamic=False, options={"cpp_wrapper": True})
+        probe = torch.compile(_probe, dynamic=False, options=COMPILE_OPTIONS)
         ok = torch.equal(probe(torch.arange(4.0)), torch.arange(4.0) * 2 + 1)
     except Exception as e:  # noqa: BLE001
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
