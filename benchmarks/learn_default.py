@@ -9,6 +9,8 @@ the mean |log w| and the KL term's share of the gradient weight (`kl/grad_share`
 
     .venv/bin/python benchmarks/learn_default.py                     # seeds 0-9, writes results/learn_default.json
     .venv/bin/python benchmarks/learn_default.py --seeds 0 1 -- --optim.lr 2e-4   # extra args go to rpgrl train
+    .venv/bin/python benchmarks/learn_default.py --seeds 10 11 12 13 14 15 16 17 18 19 \
+        --results benchmarks/results/learn_default_seeds_10_19.json   # held-out seeds, their own file
     .venv/bin/python benchmarks/learn_default.py --same-sitting 1d53140 --seeds 0 1 2  # wall time against a commit
 
 `--same-sitting` also writes issue 12's demo target (at most 0.6x of the baseline's wall time) with its bound: the
