@@ -247,6 +247,19 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert "eval/amc-23/maj@4" in report["metrics"]
     assert (out / "passk_majk.png").read_bytes()[:4] == b"\x89PNG"
     assert elapsed < 30, elapsed
+    # a second evaluation into the same folder would overwrite the first: refused, the first report untouched
+    first = {n: (out / n).read_bytes() for n in ("metrics.json", "samples.jsonl", "passk_majk.png")}
+    again = ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--out", str(out)]
+    assert main(again) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds metrics.json, samples.jsonl, passk_majk.png" in err, err
+    assert {n: (out / n).read_bytes() for n in first} == first
+    run = tmp_path / "run"  # a training run's directory (its metrics.jsonl); a model folder's config.json is fine
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("")
+    assert main([*again[:-1], str(run)]) == 2
+    assert "already holds metrics.jsonl" in capsys.readouterr().err
+    assert [q.name for q in run.iterdir()] == ["metrics.jsonl"]
 
 
 def test_progress_bar_does_not_change_the_draws(tiny_model_dir, capsys):

@@ -75,6 +75,20 @@ def test_tiny_model_shape_params_and_reproducible_init():
     assert not torch.equal(m.lm_head.weight, m3.lm_head.weight)
 
 
+@pytest.mark.parametrize(
+    "sizes",
+    [dict(), dict(hidden=64, layers=3, heads=8, kv_heads=2, ffn=96, tie_embeddings=False),
+     dict(hidden=48, layers=1, heads=3, kv_heads=3, ffn=20, tie_embeddings=True)],
+)  # fmt: skip
+def test_tiny_model_params_counts_the_built_model(sizes):
+    from rpgrl.models import tiny_model_params
+
+    tok = build_char_tokenizer(CHARS)
+    model = build_tiny_model(tok, **sizes)
+    full = dict(hidden=128, layers=4, heads=4, kv_heads=2, ffn=384, tie_embeddings=True) | sizes
+    assert tiny_model_params(len(tok), **full) == sum(p.numel() for p in model.parameters())
+
+
 def test_qwen3_and_bad_shapes():
     tok = build_char_tokenizer(CHARS)
     m = build_tiny_model(tok, arch="qwen3", hidden=32, layers=1, heads=4, kv_heads=2, ffn=64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rpgrl.errors import UsageError
+from rpgrl.errors import Diverged, UsageError
 from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.rollout import (
     Rollout,
@@ -264,9 +264,10 @@ def test_sample_refuses_non_finite_logits(tok, decode, greedy):
     broken = build_tiny_model(tok, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seed=3)
     with torch.no_grad():
         broken.model.layers[1].mlp.down_proj.weight[0, 0] = float("nan")
-    with pytest.raises(ValueError, match="logits are not finite"):
+    with pytest.raises(Diverged, match="logits are not finite") as caught:
         sample(broken, tok, encode(tok, PROMPTS), n=2, max_new_tokens=4, greedy=greedy, decode=decode,
                generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, FloatingPointError)  # was a ValueError
 
 
 # --- token_logprobs ---------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from rpgrl.errors import MAX_SEED, UsageError
 from rpgrl.fields import field_docs
 from rpgrl.options import Agg, Analogue, Branch, Divergence, Level, OptionError, RPGOptions, Style, rpg_field
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -490,6 +492,8 @@ def check(cfg: Config) -> Config:
         for name, v in dataclasses.asdict(getattr(cfg, sec)).items():
             floats = [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, float)]
             need(all(math.isfinite(x) for x in floats), f"{sec}.{name}", f"must be a finite number, got {_show(v)}")
+            need(all(abs(x) <= FLOAT32_MAX for x in floats), f"{sec}.{name}",  # it becomes inf in a float32 tensor
+                 f"must be at most {FLOAT32_MAX:.4g} in size (float32's largest), got {_show(v)}")  # fmt: skip
 
     m, d, r, lo, o, rf, s, e, t = (cfg.model, cfg.data, cfg.rollout, cfg.loss, cfg.optim, cfg.ref, cfg.sft,
                                    cfg.eval, cfg.train)  # fmt: skip
@@ -516,6 +520,12 @@ def check(cfg: Config) -> Config:
     need(0 <= t.seed <= MAX_SEED, "train.seed", f"must be in [0, 2**63 - 1], got {t.seed}")
     cpus = os.cpu_count() or 1
     need(t.threads <= 4 * cpus, "train.threads", f"must be <= 4 x the {cpus} CPUs of this machine, got {t.threads}")
+    if cfg.synthetic:
+        from rpgrl.rewards.synthetic import max_problems  # standard library only (and rpgrl's registries)
+
+        for key, n, split in (("data.num_train", d.num_train, "train"), ("data.num_val", d.num_val, "val")):
+            need(n <= max_problems(split), key, f"must be <= {max_problems(split)} (the synthetic task's distinct "
+                 f"{split} problems), got {n}")  # fmt: skip
     need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
     need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
     # one response per prompt: always all right or all wrong (filtered out), and no group baseline

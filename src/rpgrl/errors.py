@@ -9,6 +9,13 @@ class UsageError(ValueError):
     """Bad user input: an unknown config key, a wrong type, a missing file or column, a malformed row."""
 
 
+class Diverged(FloatingPointError, ValueError):
+    """Training produced non-finite numbers: a loss, a metric or the model's logits (its weights) became NaN or inf,
+    most often from a learning rate or reward scale far too large. Nothing of the failing step is saved; `rpgrl
+    train` prints it as one line and exits with code 2, and the run keeps its last checkpoint. A FloatingPointError
+    (the reproduction runner records a diverged run as a result) and a ValueError (bad numbers in)."""
+
+
 def one_line(e: BaseException) -> str:
     """The message of a user error as one line of stderr: line breaks inside it (e.g. from a path) escaped."""
     return str(e).replace("\r", "\\r").replace("\n", "\\n")

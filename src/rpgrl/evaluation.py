@@ -450,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     why = None if out is None else dir_problem(out)
     if why is not None:
         raise UsageError(f"cannot create the --out folder {out}: {why}")
+    taken = [] if out is None else [n for n in (*REPORT_FILES, "metrics.jsonl") if (out / n).exists()]
+    if taken:  # an earlier evaluation's report, or a training run's directory (its metrics.jsonl)
+        raise UsageError(f"--out {out} already holds {', '.join(taken)} (an earlier evaluation or a training run): "
+                         "pass a new folder")  # fmt: skip
 
     from rpgrl.models import config_vocab, load_model, load_tokenizer
     from rpgrl.rollout import check_kv_cache
@@ -479,6 +483,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out is not None:
         write_report(out, args, results)
     return 0
+
+
+REPORT_FILES = ("metrics.json", "samples.jsonl", "passk_majk.png")  # what `write_report` writes
 
 
 def write_report(out: Path, args: argparse.Namespace, results: Sequence[BenchmarkResult]) -> None:

@@ -93,6 +93,16 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
     return _wrap(tok)
 
 
+def tiny_model_params(vocab: int, *, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
+                      tie_embeddings: bool) -> int:  # fmt: skip
+    """Parameters of `build_tiny_model`'s Qwen2 with these sizes, counted without building it: embeddings (and an
+    untied lm_head), per layer q/k/v with biases, o, gate/up/down and two RMSNorm weights, and the final norm."""
+    hd = hidden // heads
+    qkv = hidden * (heads + 2 * kv_heads) * hd + (heads + 2 * kv_heads) * hd
+    layer = qkv + heads * hd * hidden + 3 * hidden * ffn + 2 * hidden
+    return vocab * hidden * (1 if tie_embeddings else 2) + layers * layer + hidden
+
+
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerFast,
     *,

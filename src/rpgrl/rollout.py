@@ -29,7 +29,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from rpgrl.decode import StaticDecoder, supported
-from rpgrl.errors import UsageError
+from rpgrl.errors import Diverged, UsageError
 from rpgrl.packed import response_states as packed_response_states
 from rpgrl.packed import supported as packed_supported
 
@@ -381,14 +381,18 @@ def kv_cache_bytes(model, rows: int, length: int) -> int:
     return rows * length * cfg.num_hidden_layers * 2 * nkv * hd * itemsize
 
 
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory of `device`: the GPU's total, or the machine's physical RAM for the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def check_kv_cache(model, rows: int, length: int, hint: str = "fewer rows per chunk or fewer new tokens") -> None:
     """UsageError when the KV cache of `rows` x `length` positions exceeds the memory of the model's device (all
     of it: CPU RAM, or the GPU's), so that a run asks for a smaller generation instead of dying out of memory."""
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        have = torch.cuda.get_device_properties(device).total_memory
-    else:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    have = device_memory(device)
     need = kv_cache_bytes(model, rows, length)
     if need > have:
         raise UsageError(
@@ -559,7 +563,7 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     keep = r_mask.bool()
     sampler_logp = torch.stack(logps, 1).where(keep, 0.0)
     if not bool(sampler_logp.isfinite().all()):
-        raise ValueError("sample: the model's logits are not finite (NaN or inf): its weights are broken")
+        raise Diverged("sample: the model's logits are not finite (NaN or inf): its weights are broken")
     response = response.where(keep, pad)
     return Rollout(
         input_ids=torch.cat([prompt_ids.repeat_interleave(n, 0), response], 1),

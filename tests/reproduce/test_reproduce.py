@@ -176,3 +176,11 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     assert (tmp_path / "kept.md").read_text() == "# a report\n" and not (tmp_path / "o").exists()
     assert rpgrl_main(["reproduce", "methods", "--no-run", "--seeds", str(10**11)]) == 2
     assert "--seeds must be <= 1000" in capsys.readouterr().err
+    # a training run's directory is not a suite's: refused before anything is written in it
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}\n")
+    assert rpgrl_main(["reproduce", "methods", "--out", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "it holds a config.json (a training run or a model folder)" in err, err
+    assert [q.name for q in run.iterdir()] == ["config.json"]

@@ -57,6 +57,13 @@ def _jsonl(path, rows):
         # generation that cannot fit the machine: refused before the run directory, not out of memory mid-run
         (["--rollout.max_new_tokens", str(10**12)], "rows of 1000000000011 positions needs a"),
         (["--rollout.group_size", str(10**9)], "generating 1000000000 rows of"),
+        # numbers no float32 tensor holds, and more problems than the synthetic task has
+        (["--optim.lr", "1e39"], "optim.lr must be at most 3.403e+38 in size (float32's largest), got 1e+39"),
+        (["--rollout.overlong_factor", "-4e38"], "rollout.overlong_factor must be at most 3.403e+38 in size"),
+        (["--data.num_train", str(10**10)], "data.num_train must be <= 324000 (the synthetic task's distinct train"),
+        (["--data.num_val", "400000"], "data.num_val must be <= 40500"),
+        # a tiny model too large to train here: refused before a byte of it is allocated
+        (["--model.hidden_size", "65536", "--model.intermediate_size", "65536"], "B parameters: training it needs"),
         # a line break inside the message (here a path's) stays on the one line
         (["--data.train", "/no\nsuch.jsonl", "--sft.max_steps", "0"], "/no\\nsuch.jsonl"),
     ],
@@ -287,6 +294,45 @@ def test_resume_below_the_checkpoint_step_or_from_a_garbled_config_changes_nothi
     before = _snapshot(run)
     assert "config.json is not UTF-8 text (byte 0xff)" in _fail(capsys, ["--out", str(run), "--resume"])
     assert _snapshot(run) == before
+
+
+def test_an_unreadable_saved_config_is_one_line(capsys, finished_run, monkeypatch):
+    from pathlib import Path
+
+    read = Path.read_text
+
+    def denied(self, *a, **k):
+        if self.name == "config.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return read(self, *a, **k)
+
+    before = _snapshot(finished_run)
+    monkeypatch.setattr(Path, "read_text", denied)
+    assert "config.json: Permission denied" in _fail(capsys, ["--out", str(finished_run), "--resume"])
+    monkeypatch.undo()
+    assert _snapshot(finished_run) == before
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--sft.max_steps", "5", "--sft.lr", "1e30"], r"warm start step \d: the loss is (nan|inf), the weights "
+         r"diverged \(lower sft.lr, now 1e\+30\)"),
+        (["--optim.lr", "1e30", "--max-steps", "4"], r"the policy's log-probs are not finite .* diverged "
+         r"\(lower optim.lr\)"),
+    ],
+)  # fmt: skip
+def test_divergence_is_one_line_and_keeps_what_was_saved(capsys, tmp_path, argv, needle):
+    """A learning rate far too large: the warm start's loss, or the policy's log-probs after an optimizer step,
+    turn NaN. One line naming the knob, exit 2, and the run directory holds nothing of the failing step."""
+    import re
+
+    out = tmp_path / "run"
+    err = _fail(capsys, [*TINY_ARGS, "--train.checkpoint_every", "1", *argv, "--out", str(out)])
+    assert re.search(needle, err) and err.rstrip().endswith(f"; {out} keeps what was saved before"), err
+    steps = [r["step"] for r in read_metrics(out / "metrics.jsonl")] if (out / "metrics.jsonl").exists() else []
+    saved = [int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*")]
+    assert set(saved) <= set(steps)  # every checkpoint (one per step here) is of a step that completed
 
 
 def test_a_tokenizer_larger_than_the_model_is_refused_before_any_work(capsys, tmp_path):

@@ -219,6 +219,23 @@ def test_non_finite_reward_names_the_sample():
         loop.score(bad, "bad", ["a", "b"], ["1", "2"])
 
 
+@pytest.mark.parametrize("value", [1e39, -1e39, float("inf")])
+def test_a_reward_beyond_float32_names_the_sample(value):
+    """Finite as a Python float but inf in the float32 rewards tensor: refused where it is made, not as a
+    non-finite reward mean after the update."""
+    from rpgrl.errors import UsageError
+
+    def big(text, answer):
+        return Reward(value=value if text == "c" else 0.0, correct=False)
+
+    with pytest.raises(UsageError, match=re.escape(f"returned {value} for sample 2 (response 'c'): rewards must be "
+                                                   "finite float32 numbers (|r| <= 3.403e+38)")):  # fmt: skip
+        loop.score(big, "big", ["a", "b", "c"], ["1", "2", "3"])
+    edge = 3.4028234663852886e38  # float32's largest is still a reward
+    rewards, _, _ = loop.score(lambda t, a: Reward(value=edge, correct=True), "edge", ["a"], ["1"])
+    assert rewards.item() == edge
+
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 

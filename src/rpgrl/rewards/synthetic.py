@@ -65,17 +65,22 @@ def make_problem(a: int, b: int) -> Problem:
     return Problem(prompt=f"Q:{a}+{b}\n", answer=answer, solution="\n".join(lines) + f"\nAnswer: {answer}")
 
 
+def max_problems(split: Split) -> int:
+    """The most problems `make_problems` draws from `split`: half its pairs (about 10% of the 900 x 900 operand pairs
+    for val and test, 80% for train), so that drawing distinct ones stays quick."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    return (648_000 if split == "train" else 81_000) // 2
+
+
 def make_problems(n: int, seed: int, split: Split) -> list[Problem]:
     """`n` distinct problems of `split`, drawn uniformly from its pairs; the same (n, seed, split) gives the same list.
 
     >>> [p.prompt for p in make_problems(2, seed=0, split="test")] == [p.prompt for p in make_problems(2, 0, "test")]
     True
     """
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
-    pool = 81_000 if split != "train" else 648_000  # about 10% / 80% of 900 x 900 pairs
-    if not 0 <= n <= pool // 2:
-        raise ValueError(f"make_problems: n must be in [0, {pool // 2}] for split {split!r}, got {n}")
+    if not 0 <= n <= max_problems(split):
+        raise ValueError(f"make_problems: n must be in [0, {max_problems(split)}] for split {split!r}, got {n}")
     rng = random.Random(f"rpgrl-synthetic:{split}:{seed}")
     seen: set[tuple[int, int]] = set()
     out = []

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from rpgrl.config import Config, apply_overrides, check, config_from_dict, help_text
-from rpgrl.errors import UsageError, one_line
+from rpgrl.errors import Diverged, UsageError, one_line
 from rpgrl.presets import PRESETS, get_preset, preset_table
 from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
@@ -87,6 +87,8 @@ def resolve_config(args: Args) -> tuple[Config, str]:
         raise UsageError(f"--resume: {saved_file} is not valid JSON ({e})") from None
     except UnicodeDecodeError as e:
         raise UsageError(f"--resume: {saved_file} is not UTF-8 text (byte {e.object[e.start]:#04x})") from None
+    except OSError as e:  # unreadable (permissions), or a read error of the file system
+        raise UsageError(f"--resume: cannot read {saved_file}: {e.strerror or e}") from None
     cfg = apply_overrides(saved, args.overrides)
     if args.preset is not None:
         fresh = apply_overrides(get_preset(args.preset), args.overrides)
@@ -110,6 +112,7 @@ def _differences(a: Config, b: Config) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `rpgrl train`; returns the exit code (2 with one line on stderr for bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    out = None
     try:
         args = parse_args(argv)
         if args.help:
@@ -131,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             train(cfg, out, resume=args.resume, stop=stop)
     except UsageError as e:
         print(f"rpgrl train: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except Diverged as e:  # nothing of the failing step was saved
+        print(f"rpgrl train: error: {one_line(e)}; {out} keeps what was saved before", file=sys.stderr)
         return 2
     except Interrupted as e:
         print(f"rpgrl train: {e}", file=sys.stderr)

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from rpgrl import metrics as M
-from rpgrl.config import Config, config_to_dict
-from rpgrl.errors import UsageError
+from rpgrl.config import FLOAT32_MAX, Config, config_to_dict
+from rpgrl.errors import Diverged, UsageError
 from rpgrl.objectives.reduce import masked_mean
 from rpgrl.trainer.checkpoint import (
     crash_point,
@@ -221,7 +221,8 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
     row["step"] = step
     bad = [k for k in non_finite(row) if not k.startswith("perf/")]
     if bad:
-        raise FloatingPointError(f"step {step}: non-finite metrics {', '.join(bad)}")
+        raise Diverged(f"step {step}: non-finite metrics {', '.join(bad)}: training diverged (lower optim.lr, or "
+                       "check the reward's scale)")  # fmt: skip
 
     # --- Anchor refresh (periodic / adaptive), then periodic evaluation
     if run.anchor.after_step(step, model, row.get(M.KL_ANCHOR, 0.0)):
@@ -353,6 +354,9 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
         mb = batch.select(mrows)
         logp, ent = token_logprobs(model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk,
                                    with_entropy=capture is not None, forward=cfg.train.forward)  # fmt: skip
+        if not bool((logp.isfinite() | ~mb.response_mask.bool()).all()):  # weights an earlier step sent too far
+            raise Diverged("the policy's log-probs are not finite (NaN or inf) after an optimizer step: its weights "
+                           "diverged (lower optim.lr)")  # fmt: skip
         if capture is not None:
             capture.append((mrows, logp.detach(), ent.detach()))
         old = logp.detach() if old_logp is None else old_logp[mrows]
@@ -389,8 +393,9 @@ def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
     values, correct, parts = [], [], {}
     for i, (text, ans) in enumerate(zip(texts, answers, strict=True)):
         r = reward_fn(text, ans)
-        if not math.isfinite(r.value):
-            raise UsageError(f"reward {name!r} returned {r.value} for sample {i} (response {text[:60]!r})")
+        if not abs(r.value) <= FLOAT32_MAX:  # NaN, inf, or a float64 that is inf as the float32 rewards hold it
+            raise UsageError(f"reward {name!r} returned {r.value} for sample {i} (response {text[:60]!r}): rewards "
+                             f"must be finite float32 numbers (|r| <= {FLOAT32_MAX:.4g})")  # fmt: skip
         values.append(r.value)
         correct.append(bool(r.correct))
         for k, v in r.parts.items():

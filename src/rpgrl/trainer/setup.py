@@ -83,6 +83,7 @@ def build_model(cfg: Config):
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[m.dtype]
     if m.path == "tiny":
         tokenizer = build_tokenizer(cfg)
+        _check_tiny_memory(cfg, len(tokenizer), device)
         model = models.build_tiny_model(
             tokenizer,
             hidden=m.hidden_size,
@@ -98,6 +99,30 @@ def build_model(cfg: Config):
         model, tokenizer = models.load_model(m.path, dtype=dtype)
     _check_decode(cfg, model)
     return model.to(device).eval(), tokenizer
+
+
+def _check_tiny_memory(cfg: Config, vocab: int, device: torch.device) -> None:
+    """UsageError when training the tiny model of `cfg.model` (float32 weights, gradients and AdamW's two moments:
+    16 bytes per parameter) would not fit the device's memory, before any of it is allocated."""
+    from rpgrl import models
+    from rpgrl.rollout import device_memory
+
+    m = cfg.model
+    n = models.tiny_model_params(
+        vocab,
+        hidden=m.hidden_size,
+        layers=m.num_layers,
+        heads=m.num_heads,
+        kv_heads=m.num_kv_heads,
+        ffn=m.intermediate_size,
+        tie_embeddings=m.tie_embeddings,
+    )
+    need, have = 16 * n, device_memory(device)
+    if need > have:
+        raise UsageError(f"the tiny model of model.hidden_size {m.hidden_size}, model.num_layers {m.num_layers} and "
+                         f"model.intermediate_size {m.intermediate_size} has {n / 1e9:.3g}B parameters: training it "
+                         f"needs about {need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB of this "
+                         f"{device.type}")  # fmt: skip
 
 
 def build_tokenizer(cfg: Config):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from rpgrl.errors import Diverged
 from rpgrl.rewards import get_reward
 from rpgrl.rollout import make_rollout, sample, token_logprobs
 from rpgrl.trainer.device import clip_grad_norm, fusable, model_device
@@ -138,7 +139,7 @@ def warm_start(
     (seeded). Greedy accuracy on `val_problems` is measured every `cfg.eval_every` steps and at the last step;
     `log(step, metrics)` receives `sft/loss`, `sft/lr` each step and `eval/greedy_acc` at evaluations.
     `forward`: the training forward of `rollout.token_logprobs` (auto, packed or transformers).
-    Returns SFTStats; the model is left in eval mode.
+    Returns SFTStats; the model is left in eval mode. A non-finite loss raises `Diverged`.
     """
     if cfg.max_steps < 0 or cfg.batch_size < 1 or cfg.eval_every < 1 or not cfg.lr > 0:
         raise ValueError(f"warm_start: bad config {cfg}")
@@ -158,6 +159,9 @@ def warm_start(
         loss = _sft_step(model, tokenizer, opt, [prompts[i] for i in idx], [targets[i] for i in idx], lr, grad_clip,
                          forward)  # fmt: skip
         step += 1
+        if not math.isfinite(loss):  # the weights a NaN loss came from, or are left with after an inf, are broken
+            raise Diverged(f"warm start step {step}: the loss is {loss}, the weights diverged (lower sft.lr, now "
+                           f"{cfg.lr:g})")  # fmt: skip
         metrics = {"sft/loss": loss, "sft/lr": lr}
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             greedy_acc = accuracy(model, tokenizer, val_problems, greedy=True, max_new_tokens=max_new_tokens)
