@@ -130,6 +130,14 @@ def test_derived_values_are_properties():
         ([("data.val", "val.jsonl")], "data.val applies to file datasets"),
         ([("rollout.gen_prompts", "64")], "rollout.gen_prompts applies to rollout.group_filter fill only"),
         ([("eval.benchmarks", " , ")], "eval.benchmarks names no file"),
+        ([("ref.period", "5")], "ref.period applies to ref.mode periodic only (ref.mode is behaviour)"),
+        ([("ref.mode", "periodic"), ("ref.kappa", "0.5")], "ref.kappa applies to ref.mode adaptive only"),
+        ([("ref.mode", "fixed"), ("ref.ema", "0.5")], "ref.ema applies to ref.mode adaptive only (ref.mode is fixed)"),
+        ([("data.prompt_key", "question")], "data.prompt_key applies to file datasets only (the synthetic task"),
+        ([("data.answer_key", "solution")], "data.answer_key applies to file datasets only"),
+        # sizes the synthetic task cannot give, and floats a float32 tensor cannot hold
+        ([("data.num_train", "324001")], "data.num_train must be <= 324000"),
+        ([("data.num_val", "40501")], "data.num_val must be <= 40500"),
     ],
 )
 def test_check_rejects_unusable_values(overrides, needle):
@@ -160,6 +168,29 @@ def test_check_rejects_non_finite_floats_in_every_field(bad):
         text = f"{value[0]},{bad}" if isinstance(value, tuple) else bad
         with pytest.raises(UsageError, match=f"^{key} must be a finite number"):
             check(apply_overrides(Config(), [(key, text)]))
+
+
+def test_check_rejects_floats_beyond_float32_in_every_field():
+    """Finite in Python but inf in a float32 tensor (a learning rate, a clip bound, a reward factor): refused by
+    name; float32's largest passes the range check (and then each key's own rule)."""
+    keys = list(_float_keys())
+    for key, value in keys:
+        for big in ("1e39", "-3.5e38"):
+            text = f"{value[0]},{big}" if isinstance(value, tuple) else big
+            with pytest.raises(UsageError, match=f"^{key} must be at most 3.403e\\+38 in size"):
+                check(apply_overrides(Config(), [(key, text)]))
+    edge = apply_overrides(Config(), [("loss.c", "3.4028234663852886e38")])
+    assert check(edge).loss.c == 3.4028234663852886e38
+
+
+def test_options_that_apply_are_accepted():
+    cases = [
+        [("ref.mode", "periodic"), ("ref.period", "5")],
+        [("ref.mode", "adaptive"), ("ref.kappa", "0.5"), ("ref.ema", "0.5")],
+        [("data.train", "t.jsonl"), ("data.prompt_key", "q"), ("data.answer_key", "a"), ("sft.max_steps", "0")],
+    ]
+    for overrides in cases:
+        check(apply_overrides(Config(), overrides))
 
 
 def test_group_of_one_is_refused_unless_a_batch_baseline_can_use_it():

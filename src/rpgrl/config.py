@@ -583,6 +583,16 @@ def _check_unused(cfg: Config) -> None:
     if r.gen_prompts is not None and r.group_filter != "fill":
         raise UsageError(f"rollout.gen_prompts applies to rollout.group_filter fill only, not {r.group_filter!r} "
                          f"(got {r.gen_prompts})")  # fmt: skip
+    ref, data = cfg.ref, cfg.data
+    unused = [(f"ref.{k}", v, f"ref.mode {mode}", f"ref.mode is {ref.mode}") for k, v, mode in
+              (("period", ref.period, "periodic"), ("kappa", ref.kappa, "adaptive"), ("ema", ref.ema, "adaptive"))
+              if ref.mode != mode and v != getattr(RefConfig, k)]  # fmt: skip
+    if cfg.synthetic:  # its prompts and answers are generated, not read from columns
+        unused += [(f"data.{k}", getattr(data, k), "file datasets", "the synthetic task generates its own")
+                   for k in ("prompt_key", "answer_key") if getattr(data, k) != getattr(DataConfig, k)]  # fmt: skip
+    if unused:
+        key, value, applies, why = unused[0]
+        raise UsageError(f"{key} applies to {applies} only ({why}): drop {key} (got {value!r})")
     if e.benchmarks and not any(p.strip() for p in e.benchmarks.split(",")):
         raise UsageError(f"eval.benchmarks names no file (got {e.benchmarks!r}): give comma-separated parquet or "
                          "JSONL paths, or none")  # fmt: skip
