@@ -120,7 +120,10 @@ def test_derived_values_are_properties():
         ([("data.train", "none")], "data.train is not set"),
         ([("loss.clip", "hard")], "loss.clip must be dual, truncate or none"),
         ([("model.num_heads", "3")], "model.hidden_size must be divisible by model.num_heads"),
-        ([("optim.eps", "-1e-8")], "optim.eps must be >= 0"),  # torch's AdamW refuses it mid-setup
+        ([("optim.eps", "-1e-8")], "optim.eps must be >= 1.175e-38"),  # torch's AdamW refuses it mid-setup
+        ([("optim.eps", "0")], "optim.eps must be >= 1.175e-38 (float32's smallest normal"),  # 0 / 0 -> NaN weights
+        ([("optim.eps", "1e-46")], "optim.eps must be >= 1.175e-38"),  # 0 in float32
+        ([("loss.max_log_w", "-1e30")], "max_log_w must be none or finite and > 0"),  # every gradient stopped
         ([("rollout.temperature", "1e-300")], "rollout.temperature must be >= 1e-8"),  # logits / T overflow
         ([("train.seed", str(2**63))], "train.seed must be in [0, 2**63 - 1]"),  # torch's generators: 64 bits
         ([("train.seed", "-1")], "train.seed must be in [0, 2**63 - 1]"),

@@ -30,6 +30,8 @@ from rpgrl.fields import field_docs
 from rpgrl.options import Agg, Analogue, Branch, Divergence, Level, OptionError, RPGOptions, Style, rpg_field
 
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
+FLOAT32_TINY = 1.1754943508222875e-38  # torch.finfo(torch.float32).tiny
+REWARD_LIMIT = 1e15  # the largest |reward| (and overlong penalty): their squares, summed over a batch, fit float32
 
 
 @dataclass(frozen=True)
@@ -537,7 +539,8 @@ def check(cfg: Config) -> Config:
          f"must be >= 1e-8 (logits / temperature stay finite in float32), got {r.temperature}")  # fmt: skip
     need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
     need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")
-    need(r.overlong_factor >= 0, "rollout.overlong_factor", "must be >= 0")
+    need(0 <= r.overlong_factor <= REWARD_LIMIT, "rollout.overlong_factor",
+         f"must be in [0, {REWARD_LIMIT:g}] (a reward's scale; advantages square it in float32)")  # fmt: skip
     need(r.gen_prompts is None or r.gen_prompts >= 1, "rollout.gen_prompts", "must be >= 1")
     need(lo.beta >= 0, "loss.beta", f"must be >= 0, got {lo.beta}")
     need(lo.clip in (None, "dual", "truncate"), "loss.clip", f"must be dual, truncate or none, got {lo.clip!r}")
@@ -555,7 +558,8 @@ def check(cfg: Config) -> Config:
     need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
     need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")
     need(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 = off)")
-    need(o.eps >= 0, "optim.eps", f"must be >= 0, got {o.eps}")
+    need(o.eps >= FLOAT32_TINY, "optim.eps", f"must be >= {FLOAT32_TINY:.4g} (float32's smallest normal number: "
+         f"at 0, a weight whose gradient stays 0 is updated by 0 / 0), got {o.eps}")  # fmt: skip
     need(rf.kappa > 0, "ref.kappa", "must be > 0")
     need(0 < rf.ema <= 1, "ref.ema", "must be in (0, 1]")
     need(s.lr >= 0, "sft.lr", "must be >= 0")

@@ -125,7 +125,8 @@ class RPGOptions:
         _need(self.c > 1, "c", f"c must be > 1 (dual-clip cap on w for negative advantages), got {self.c}")
         k, m = self.kl_value_clamp, self.max_log_w
         _need(k is None or (_real(k) and k > 0), "kl_value_clamp", f"kl_value_clamp must be none or > 0, got {k!r}")
-        _need(m is None or (_real(m) and math.isfinite(m)), "max_log_w", f"max_log_w must be none or finite, got {m!r}")
+        _need(m is None or (_real(m) and 0 < m < math.inf), "max_log_w",  # log w is 0 on policy: M <= 0 stops it all
+              f"max_log_w must be none or finite and > 0, got {m!r}")  # fmt: skip
         return self
 
     def kwargs(self) -> dict[str, Any]:

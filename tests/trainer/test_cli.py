@@ -57,9 +57,11 @@ def _jsonl(path, rows):
         # generation that cannot fit the machine: refused before the run directory, not out of memory mid-run
         (["--rollout.max_new_tokens", str(10**12)], "rows of 1000000000011 positions needs a"),
         (["--rollout.group_size", str(10**9)], "generating 1000000000 rows of"),
+        (["--eval.val_samples", str(10**9)], "or eval.val_samples"),  # was found after the warm start
         # numbers no float32 tensor holds, and more problems than the synthetic task has
         (["--optim.lr", "1e39"], "optim.lr must be at most 3.403e+38 in size (float32's largest), got 1e+39"),
         (["--rollout.overlong_factor", "-4e38"], "rollout.overlong_factor must be at most 3.403e+38 in size"),
+        (["--rollout.overlong_factor", "3e38"], "rollout.overlong_factor must be in [0, 1e+15]"),
         (["--data.num_train", str(10**10)], "data.num_train must be <= 324000 (the synthetic task's distinct train"),
         (["--data.num_val", "400000"], "data.num_val must be <= 40500"),
         # a tiny model too large to train here: refused before a byte of it is allocated
@@ -319,7 +321,7 @@ def test_an_unreadable_saved_config_is_one_line(capsys, finished_run, monkeypatc
         (["--sft.max_steps", "5", "--sft.lr", "1e30"], r"warm start step \d: the loss is (nan|inf), the weights "
          r"diverged \(lower sft.lr, now 1e\+30\)"),
         (["--optim.lr", "1e30", "--max-steps", "4"], r"the policy's log-probs are not finite .* diverged "
-         r"\(lower optim.lr\)"),
+         r"\(lower optim.lr; or loss.beta, optim.weight_decay or the reward's scale, if large\)"),
     ],
 )  # fmt: skip
 def test_divergence_is_one_line_and_keeps_what_was_saved(capsys, tmp_path, argv, needle):
@@ -333,6 +335,31 @@ def test_divergence_is_one_line_and_keeps_what_was_saved(capsys, tmp_path, argv,
     steps = [r["step"] for r in read_metrics(out / "metrics.jsonl")] if (out / "metrics.jsonl").exists() else []
     saved = [int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*")]
     assert set(saved) <= set(steps)  # every checkpoint (one per step here) is of a step that completed
+
+
+@pytest.mark.parametrize("argv", [["--optim.lr", "1e30"], ["--data.reward", "test_nan_after_two"]])
+def test_a_resume_that_fails_before_saving_leaves_the_run_as_it_was(capsys, finished_run, tmp_path, argv):
+    """A learning rate far too large, or a reward that returns NaN, passed when resuming: one line and exit 2, and
+    the files the resume rewrote before its first step (config.json, metrics and evaluations cut back to the
+    checkpoint, summary) are put back, so a plain --resume continues the run as it was."""
+    import shutil
+
+    from rpgrl.rewards import REWARDS, Reward, register_reward
+
+    if "test_nan_after_two" not in REWARDS:
+
+        @register_reward("test_nan_after_two")
+        def _nan(completion: str, answer: str) -> Reward:
+            return Reward(value=float("nan"), correct=False)
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = _snapshot(run)
+    err = _fail(capsys, ["--out", str(run), "--resume", "--max-steps", "4", *argv])
+    assert "not finite" in err or "returned nan" in err, err
+    assert _snapshot(run) == before
+    assert rpgrl_main(["train", "--out", str(run), "--resume", "--max-steps", "3"]) == 0  # the saved config again
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_a_tokenizer_larger_than_the_model_is_refused_before_any_work(capsys, tmp_path):
@@ -375,3 +402,13 @@ def test_benchmarks_the_tokenizer_cannot_spell_are_refused_before_the_run_direct
     err = _fail(capsys, [*TINY_ARGS, "--eval.benchmarks", bench, "--out", str(out)])
     assert "cannot encode the prompt" in err
     assert not out.exists()
+
+
+def test_progress_false_prints_no_progress_bar(capsys, tmp_path):
+    """--train.progress false (TINY): not even transformers' bar when the final model is written."""
+    assert rpgrl_main(["train", "--out", str(tmp_path / "run"), "--max-steps", "1", *TINY_ARGS]) == 0
+    err = capsys.readouterr().err
+    assert "Writing model shards" not in err and "it/s" not in err, err
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()  # put back for the rest of the process

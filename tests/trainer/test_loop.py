@@ -219,21 +219,20 @@ def test_non_finite_reward_names_the_sample():
         loop.score(bad, "bad", ["a", "b"], ["1", "2"])
 
 
-@pytest.mark.parametrize("value", [1e39, -1e39, float("inf")])
-def test_a_reward_beyond_float32_names_the_sample(value):
-    """Finite as a Python float but inf in the float32 rewards tensor: refused where it is made, not as a
-    non-finite reward mean after the update."""
+@pytest.mark.parametrize("value", [1e39, -3e38, 1.01e15, float("inf")])
+def test_a_reward_too_large_for_the_advantages_names_the_sample(value):
+    """1e39 is finite as a Python float but inf in float32; -3e38 fits float32 but its square does not (the group
+    statistics overflowed inside the loss before): refused where the reward is made."""
     from rpgrl.errors import UsageError
 
     def big(text, answer):
         return Reward(value=value if text == "c" else 0.0, correct=False)
 
     with pytest.raises(UsageError, match=re.escape(f"returned {value} for sample 2 (response 'c'): rewards must be "
-                                                   "finite float32 numbers (|r| <= 3.403e+38)")):  # fmt: skip
+                                                   "finite with |r| <= 1e+15")):  # fmt: skip
         loop.score(big, "big", ["a", "b", "c"], ["1", "2", "3"])
-    edge = 3.4028234663852886e38  # float32's largest is still a reward
-    rewards, _, _ = loop.score(lambda t, a: Reward(value=edge, correct=True), "edge", ["a"], ["1"])
-    assert rewards.item() == edge
+    rewards, _, _ = loop.score(lambda t, a: Reward(value=-(2.0**49), correct=True), "edge", ["a"], ["1"])
+    assert rewards.item() == -(2.0**49)  # 5.6e14: within the limit, and exact in float32
 
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"

@@ -59,10 +59,15 @@ def _fsync_dir(path: Path) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically (temporary file in the same directory, fsync, os.replace)."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically (temporary file in the same directory, fsync, os.replace)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from rpgrl import metrics as M
-from rpgrl.config import FLOAT32_MAX, Config, config_to_dict
+from rpgrl.config import REWARD_LIMIT, Config, config_to_dict
 from rpgrl.errors import Diverged, UsageError
 from rpgrl.objectives.reduce import masked_mean
 from rpgrl.trainer.checkpoint import (
@@ -43,6 +43,7 @@ from rpgrl.trainer.checkpoint import (
     remove_leftovers,
     rng_state,
     save_checkpoint,
+    write_bytes_atomic,
     write_text_atomic,
 )
 from rpgrl.trainer.device import clip_grad_norm, model_device
@@ -94,14 +95,41 @@ def train(
     `Interrupted` is raised. Checkpoints are written every `train.checkpoint_every` steps, when
     `train.checkpoint_minutes` have passed since the last one, and at the end.
     Every user-fixable problem (bad config, missing file or column, empty dataset, an `out` that cannot hold the
-    run) raises UsageError before anything in `out` is created or changed.
+    run) raises UsageError before anything in `out` is created or changed. One found mid-run (a reward that returns
+    NaN; `Diverged`: a learning rate far too large) in a resume that has saved no checkpoint yet puts back the files
+    the resume rewrote (`RESUME_REWRITES`), so the run stays as it was.
     """
     t_begin = time.perf_counter()
     run = open_run(cfg, Path(out), resume)  # all input errors surface here, before `out` is touched
+    kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
     tracker = prepare_run_dir(run)
-    start_rl(run, tracker, stop)
-    step, stopped, rl_time = rl_loop(run, tracker, on_step, stop)
-    return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
+    try:
+        start_rl(run, tracker, stop)
+        step, stopped, rl_time = rl_loop(run, tracker, on_step, stop)
+        return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
+    except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
+        if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
+            _restore_files(run.out, kept)
+        raise
+
+
+# What usually makes RL diverge, largest suspect first
+DIVERGED_HINT = "lower optim.lr; or loss.beta, optim.weight_decay or the reward's scale, if large"
+
+# What a resume rewrites before its first step (the new config; metrics and evaluations cut back to the checkpoint)
+RESUME_REWRITES = ("config.json", "metrics.jsonl", "eval.jsonl", "summary.json")
+
+
+def _read_files(out: Path, names: tuple[str, ...]) -> dict[str, bytes | None]:
+    return {n: (out / n).read_bytes() if (out / n).is_file() else None for n in names}
+
+
+def _restore_files(out: Path, files: dict[str, bytes | None]) -> None:
+    for name, data in files.items():
+        if data is not None:
+            write_bytes_atomic(out / name, data)
+        else:
+            (out / name).unlink(missing_ok=True)
 
 
 def prepare_run_dir(run: Run):
@@ -221,8 +249,7 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
     row["step"] = step
     bad = [k for k in non_finite(row) if not k.startswith("perf/")]
     if bad:
-        raise Diverged(f"step {step}: non-finite metrics {', '.join(bad)}: training diverged (lower optim.lr, or "
-                       "check the reward's scale)")  # fmt: skip
+        raise Diverged(f"step {step}: non-finite metrics {', '.join(bad)}: training diverged ({DIVERGED_HINT})")
 
     # --- Anchor refresh (periodic / adaptive), then periodic evaluation
     if run.anchor.after_step(step, model, row.get(M.KL_ANCHOR, 0.0)):
@@ -244,8 +271,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
     tracker.close()
     end_acc = last[M.EVAL_ACCURACY]
     _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written
-    run.model.save_pretrained(out / "model")
-    run.tokenizer.save_pretrained(out / "model")
+    _export(run.model, run.tokenizer, out / "model", progress=cfg.train.progress)
     plot_metrics(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     summary = {
         "steps": step,
@@ -355,8 +381,8 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
         logp, ent = token_logprobs(model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk,
                                    with_entropy=capture is not None, forward=cfg.train.forward)  # fmt: skip
         if not bool((logp.isfinite() | ~mb.response_mask.bool()).all()):  # weights an earlier step sent too far
-            raise Diverged("the policy's log-probs are not finite (NaN or inf) after an optimizer step: its weights "
-                           "diverged (lower optim.lr)")  # fmt: skip
+            raise Diverged(f"the policy's log-probs are not finite (NaN or inf) after an optimizer step: its "
+                           f"weights diverged ({DIVERGED_HINT})")  # fmt: skip
         if capture is not None:
             capture.append((mrows, logp.detach(), ent.detach()))
         old = logp.detach() if old_logp is None else old_logp[mrows]
@@ -393,9 +419,11 @@ def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
     values, correct, parts = [], [], {}
     for i, (text, ans) in enumerate(zip(texts, answers, strict=True)):
         r = reward_fn(text, ans)
-        if not abs(r.value) <= FLOAT32_MAX:  # NaN, inf, or a float64 that is inf as the float32 rewards hold it
-            raise UsageError(f"reward {name!r} returned {r.value} for sample {i} (response {text[:60]!r}): rewards "
-                             f"must be finite float32 numbers (|r| <= {FLOAT32_MAX:.4g})")  # fmt: skip
+        if not abs(r.value) <= REWARD_LIMIT:  # NaN, inf, or so large that the advantages' float32 sums overflow
+            raise UsageError(
+                f"reward {name!r} returned {r.value} for sample {i} (response {text[:60]!r}): rewards "
+                f"must be finite with |r| <= {REWARD_LIMIT:g} (advantages square them in float32)"
+            )
         values.append(r.value)
         correct.append(bool(r.correct))
         for k, v in r.parts.items():
@@ -684,7 +712,24 @@ def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
     return info
 
 
+def _export(model, tokenizer, folder: Path, progress: bool) -> None:
+    """The final model and tokenizer as a Hugging Face folder; transformers' "Writing model shards" bar only with
+    `progress`."""
+    from transformers.utils import logging as hf_logging
+
+    quiet = not progress and hf_logging.is_progress_bar_enabled()
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
+
+
 def _save(run: Run, step: int) -> None:
+    run.saved = True
     save_checkpoint(
         run.out / "checkpoints",
         step,

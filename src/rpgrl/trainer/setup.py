@@ -353,6 +353,7 @@ class Run:
     start_step: int = 0
     checkpoint: Path | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)
+    saved: bool = False  # a checkpoint was written by this process
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
@@ -361,10 +362,10 @@ def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
     the run directory is written, not out of memory mid-run."""
     from rpgrl.rollout import check_kv_cache
 
-    r = cfg.rollout
-    rows = max(r.gen_batch_size, r.group_size, cfg.eval.samples if cfg.eval.benchmarks else 1)
-    check_kv_cache(model, rows, longest_prompt + r.max_new_tokens,
-                   "lower rollout.max_new_tokens, rollout.group_size or rollout.gen_batch_size")  # fmt: skip
+    r, e = cfg.rollout, cfg.eval
+    rows = max(r.gen_batch_size, r.group_size, e.samples if e.benchmarks else 1, e.val_samples)  # k samples: k rows
+    check_kv_cache(model, rows, longest_prompt + r.max_new_tokens, "lower rollout.max_new_tokens, "
+                   "rollout.group_size, rollout.gen_batch_size or eval.val_samples")  # fmt: skip
 
 
 def open_run(cfg: Config, out: Path, resume: bool) -> Run:
