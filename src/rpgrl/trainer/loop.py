@@ -415,7 +415,8 @@ def _scatter_rows(pieces: list, field: int, mask: torch.Tensor) -> torch.Tensor:
 
 
 def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
-    """Rewards (B,) float64, correctness (B,) bool and summed parts; a non-finite reward names the sample."""
+    """Rewards (B,) float32, correctness (B,) bool and summed parts; a reward that is NaN, infinite or above
+    REWARD_LIMIT in size raises UsageError naming the sample."""
     values, correct, parts = [], [], {}
     for i, (text, ans) in enumerate(zip(texts, answers, strict=True)):
         r = reward_fn(text, ans)
