@@ -86,12 +86,7 @@ def build_model(cfg: Config):
         _check_tiny_memory(cfg, len(tokenizer), device)
         model = models.build_tiny_model(
             tokenizer,
-            hidden=m.hidden_size,
-            layers=m.num_layers,
-            heads=m.num_heads,
-            kv_heads=m.num_kv_heads,
-            ffn=m.intermediate_size,
-            tie_embeddings=m.tie_embeddings,
+            **_tiny_sizes(m),
             max_positions=max(2048, cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
             seed=cfg.train.seed,
         ).to(dtype)
@@ -101,6 +96,12 @@ def build_model(cfg: Config):
     return model.to(device).eval(), tokenizer
 
 
+def _tiny_sizes(m) -> dict[str, Any]:
+    """`build_tiny_model`'s size arguments from a ModelConfig."""
+    return dict(hidden=m.hidden_size, layers=m.num_layers, heads=m.num_heads, kv_heads=m.num_kv_heads,
+                ffn=m.intermediate_size, tie_embeddings=m.tie_embeddings)  # fmt: skip
+
+
 def _check_tiny_memory(cfg: Config, vocab: int, device: torch.device) -> None:
     """UsageError when training the tiny model of `cfg.model` (float32 weights, gradients and AdamW's two moments:
     16 bytes per parameter) would not fit the device's memory, before any of it is allocated."""
@@ -108,15 +109,7 @@ def _check_tiny_memory(cfg: Config, vocab: int, device: torch.device) -> None:
     from rpgrl.rollout import device_memory
 
     m = cfg.model
-    n = models.tiny_model_params(
-        vocab,
-        hidden=m.hidden_size,
-        layers=m.num_layers,
-        heads=m.num_heads,
-        kv_heads=m.num_kv_heads,
-        ffn=m.intermediate_size,
-        tie_embeddings=m.tie_embeddings,
-    )
+    n = models.tiny_model_params(vocab, **_tiny_sizes(m))
     need, have = 16 * n, device_memory(device)
     if need > have:
         raise UsageError(f"the tiny model of model.hidden_size {m.hidden_size}, model.num_layers {m.num_layers} and "
