@@ -380,15 +380,18 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
         mb = batch.select(mrows)
         logp, ent = token_logprobs(model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk,
                                    with_entropy=capture is not None, forward=cfg.train.forward)  # fmt: skip
-        if not bool((logp.isfinite() | ~mb.response_mask.bool()).all()):  # weights an earlier step sent too far
-            raise Diverged(f"the policy's log-probs are not finite (NaN or inf) after an optimizer step: its "
-                           f"weights diverged ({DIVERGED_HINT})")  # fmt: skip
         if capture is not None:
             capture.append((mrows, logp.detach(), ent.detach()))
         old = logp.detach() if old_logp is None else old_logp[mrows]
         a_lp = None if anchor_logp is None else anchor_logp[mrows]
-        out = loss_fn(logp, old, adv[mrows], mb.response_mask, normalizer=normalizer, **loss_opts,
-                      **anchor_kwargs(cfg.loss, a_lp, old))  # fmt: skip
+        try:
+            out = loss_fn(logp, old, adv[mrows], mb.response_mask, normalizer=normalizer, **loss_opts,
+                          **anchor_kwargs(cfg.loss, a_lp, old))  # fmt: skip
+        except ValueError:  # the losses refuse non-finite inputs; NaN log-probs: weights an earlier step sent too far
+            if not bool((logp.isfinite() | ~mb.response_mask.bool()).all()):
+                raise Diverged(f"the policy's log-probs are not finite (NaN or inf) after an optimizer step: its "
+                               f"weights diverged ({DIVERGED_HINT})") from None  # fmt: skip
+            raise
         out.loss.backward()
         m = dict(out.metrics)
         m[M.KL_ANCHOR] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
