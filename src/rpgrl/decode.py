@@ -264,9 +264,7 @@ class StaticDecoder:
             L.keys[:, :, s] = qk[:, nh:]
             L.values[:, :, s] = v
             keys, values = L.keys.view(B * nkv, -1, hd)[:, : s + 1], L.values.view(B * nkv, -1, hd)[:, : s + 1]
-            q = qk[:, :nh].reshape(B * nkv, nh // nkv, hd)  # query head h reads KV head h // (nh / nkv)
-            p = torch.softmax(torch.baddbmm(bias, q, keys.transpose(1, 2)), -1, dtype=self.softmax_dtype)
-            x = self._attn_out_and_mlp(L, x, (p.to(values.dtype) @ values).view(B, nh * hd))
+            x = self._attend(L, x, qk, keys, values, bias)
         self.filled = s + 1
         return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
 
@@ -286,11 +284,16 @@ class StaticDecoder:
             qk, v = self._qkv(L, x, cos, sin)
             L.keys.index_copy_(2, at, qk[:, nh:, None])
             L.values.index_copy_(2, at, v[:, :, None])
-            q = qk[:, :nh].reshape(B * nkv, nh // nkv, hd)  # query head h reads KV head h // (nh / nkv)
-            keys, values = L.keys.view(B * nkv, S, hd), L.values.view(B * nkv, S, hd)
-            p = torch.softmax(torch.baddbmm(bias, q, keys.transpose(1, 2)), -1, dtype=self.softmax_dtype)
-            x = self._attn_out_and_mlp(L, x, (p.to(values.dtype) @ values).view(B, nh * hd))
+            x = self._attend(L, x, qk, L.keys.view(B * nkv, S, hd), L.values.view(B * nkv, S, hd), bias)
         return F.linear(_rms(x, self.norm, self.eps), self.lm_w, self.lm_b)
+
+    def _attend(self, L: _Layer, x: Tensor, qk: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
+        """One query per row against `keys`/`values` (B nkv, K, hd) under `bias` (B nkv, 1, K: 0 or -inf), then the
+        rest of the layer: x (B, H) -> the layer's output (B, H). qk: `_qkv`'s queries|keys (B, nh + nkv, hd)."""
+        B, nh, nkv, hd = x.shape[0], self.nh, self.nkv, self.hd
+        q = qk[:, :nh].reshape(B * nkv, nh // nkv, hd)  # query head h reads KV head h // (nh / nkv)
+        p = torch.softmax(torch.baddbmm(bias, q, keys.transpose(1, 2)), -1, dtype=self.softmax_dtype)
+        return self._attn_out_and_mlp(L, x, (p.to(values.dtype) @ values).view(B, nh * hd))
 
     def _qkv(self, L: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """x (N, H) -> queries|keys (N, nh + nkv, hd) after the q/k norms and RoPE (queries times the attention's scale,

@@ -527,15 +527,15 @@ def _sample_chunk(model, prompts, n, max_new_tokens, temperature, top_p, greedy,
     U, P = prompt_ids.shape
     B = U * n
     pos = position_ids(prompt_mask)
-    if decode == "compiled" and not _graph_budget(model, B, _cache_length(P + max_new_tokens, decode),
-                                                  (temperature, top_p, greedy)):  # fmt: skip
+    length = _cache_length(P + max_new_tokens, decode)
+    if decode == "compiled" and not _graph_budget(model, B, length, (temperature, top_p, greedy)):
         decode = "static"  # past torch._dynamo's recompile limit: the static step, not the compiled one run eagerly
     # Prefill the U unique prompts once, then repeat cache and last logits n times (rows of a group adjacent).
     if decode == "transformers":
         step = _TransformersStep(model, prompt_ids, prompt_mask, pos, n)
         last = step.last
     else:
-        step = StaticDecoder(model, B, _cache_length(P + max_new_tokens, decode), whole_cache=decode == "compiled")
+        step = StaticDecoder(model, B, length, whole_cache=decode == "compiled")
         last = step.prefill(prompt_ids, prompt_mask, pos, n)
     logits = _upcast(last).repeat_interleave(n, 0)  # (B, V)
     next_pos = pos[:, -1].repeat_interleave(n, 0) + 1  # (B,)
