@@ -80,6 +80,64 @@ def test_logprobs_and_gradients_equal_a_forward_per_row(tok, name, share):
     _assert_matches(model, r, share)
 
 
+@pytest.mark.parametrize("name", ["qwen2", "qwen3-norms"])
+def test_sdpa_attention_path_equals_a_forward_per_row(tok, name, monkeypatch):
+    """Above GROUPED_MAX_SCORES (and off the CPU, or in other dtypes) the attention runs SDPA's kernel: the same
+    exactness there."""
+    import rpgrl.packed as packed
+
+    monkeypatch.setattr(packed, "GROUPED_MAX_SCORES", 0)
+    model = dict(models(tok, torch.float64))[name]
+    _assert_matches(model, _rollout(model, tok, seed=5))
+
+
+@pytest.mark.parametrize("heads", [(4, 2), (4, 4), (6, 1)])
+def test_grouped_attention_equals_sdpa_with_its_gradients(heads):
+    """`_attend`'s batched-product attention (`_GroupedAttention`, its hand-written backward) against SDPA's kernel
+    on the same boolean mask in float64 (rows of several lengths, padding keys masked, grouped query heads), and
+    its backward against finite differences (gradcheck)."""
+    import torch.nn.functional as F
+
+    from rpgrl.packed import _attend, _grouped_bias, _GroupedAttention
+
+    nh, nkv = heads
+    N, Tq, L, hd, scale = 3, 5, 8, 4, 0.37
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(N, Tq, nh, hd, dtype=torch.float64, generator=g, requires_grad=True)
+    k, v = (torch.randn(N, nkv, L, hd, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(2))
+    valid = torch.tensor([[1] * 8, [0, 0, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    itself = torch.zeros(Tq, L, dtype=torch.bool)
+    itself[torch.arange(Tq), L - Tq + torch.arange(Tq)] = True  # query i sits at key L - Tq + i
+    mask = (torch.ones(Tq, L, dtype=torch.bool).tril(L - Tq) & valid[:, None, :]) | itself
+    mask = mask[:, None]  # (N, 1, Tq, L); every query sees at least itself
+    bias = _grouped_bias(mask, nh, nkv, q)
+    assert bias.dtype == torch.float64 and bias.shape == (N * nkv, nh // nkv * Tq, L)
+    got = _attend(q, k, v, bias, scale)
+    want = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask, scale=scale,
+                                          enable_gqa=nh != nkv).transpose(1, 2).reshape(N * Tq, nh * hd)  # fmt: skip
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-13)
+    w = torch.randn(got.shape, dtype=torch.float64, generator=g)
+    got_g = torch.autograd.grad((got * w).sum(), (q, k, v))
+    want_g = torch.autograd.grad((want * w).sum(), (q, k, v))
+    for a, b in zip(got_g, want_g, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    rows = q.detach().view(N, Tq, nkv, nh // nkv, hd).permute(0, 2, 3, 1, 4).reshape(N * nkv, -1, hd)
+    args = (rows.requires_grad_(), k.detach().reshape(N * nkv, L, hd).requires_grad_(),
+            v.detach().reshape(N * nkv, L, hd).requires_grad_(), bias, scale)  # fmt: skip
+    assert torch.autograd.gradcheck(_GroupedAttention.apply, args)
+
+
+def test_grouped_bias_keeps_sdpa_where_it_should():
+    """The boolean mask itself (SDPA's kernel) for float16/bfloat16 and above GROUPED_MAX_SCORES."""
+    from rpgrl.packed import GROUPED_MAX_SCORES, _grouped_bias
+
+    mask = torch.ones(2, 1, 3, 4, dtype=torch.bool)
+    assert _grouped_bias(mask, 2, 1, torch.zeros(1, dtype=torch.bfloat16)) is mask
+    big = torch.ones(1, 1, 1, GROUPED_MAX_SCORES + 1, dtype=torch.bool)
+    assert _grouped_bias(big, 1, 1, torch.zeros(1)) is big
+    assert _grouped_bias(mask, 2, 1, torch.zeros(1)).dtype == torch.float32
+
+
 @pytest.mark.parametrize("rows", [[1, 2, 3], [0, 1, 2, 4, 5, 7], [5, 4, 3, 2], [0, 3, 6, 9]])
 def test_any_selection_of_rows(tok, rows):
     """Micro-batches that split a group, single-row groups among shared ones, rows out of group order."""
