@@ -12,6 +12,8 @@ the mean |log w| and the KL term's share of the gradient weight (`kl/grad_share`
     .venv/bin/python benchmarks/learn_default.py --seeds 10 11 12 13 14 15 16 17 18 19 \
         --results benchmarks/results/learn_default_seeds_10_19.json   # held-out seeds, their own file
     .venv/bin/python benchmarks/learn_default.py --same-sitting 1d53140 --seeds 0 1 2  # wall time against a commit
+    .venv/bin/python benchmarks/learn_default.py --results benchmarks/results/learn_default_curves.json \
+        -- --eval.every 10     # held-out accuracy every 10 RL steps: would a shorter schedule pass the bar?
 
 `--same-sitting` also writes issue 12's demo target (at most 0.6x of the baseline's wall time) with its bound: the
 current runs' time if only the weight products of the warm start, update and generation took time (the default's
@@ -96,8 +98,17 @@ def run_seed(seed: int, runs_dir: Path, extra: list[str]) -> dict:
         "rl_seconds": s["rl_seconds"],
         "stopped": s["stopped"],
         "load_average_at_start": load,
+        "curve": _curve(out),
         **regime,
     }
+
+
+def _curve(out: Path) -> list[list[float]]:
+    """[step, held-out greedy accuracy] at the start of RL, at every evaluation during it (`--eval.every N`) and at
+    the end, from the run's eval.jsonl. The learning rate after warm-up does not depend on train.max_steps and the
+    greedy evaluation draws no random numbers, so the gain at step N is the gain of a run of N steps."""
+    rows = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    return [[r["step"], r["eval/accuracy"]] for r in rows if "eval/accuracy" in r]
 
 
 def regime_metrics(rows: list[dict]) -> dict:
@@ -273,7 +284,22 @@ def markdown(result: dict) -> str:
             f"{100 * r['clip_active_steps']:.0f}% | {100 * r['clip_token_frac_mean']:.2f}% | "
             f"{r['max_abs_log_w']:.2f} | {'-' if share is None else f'{share:.1e}'} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _curve_lines(result)) + "\n"
+
+
+def _curve_lines(result: dict) -> list[str]:
+    """With evaluations during RL: the seeds that would pass the bar's gain, and the mean gain, had RL stopped at
+    each evaluated step (the schedule's length against the bar's margin)."""
+    curves = [{step: acc for step, acc in r.get("curve", [])} for r in result["runs"]]
+    steps = sorted(set.intersection(*(set(c) for c in curves)) - {0}) if curves else []
+    if len(steps) < 2:
+        return []
+    title = f"Had RL stopped at step N (held-out greedy accuracy evaluated during RL; gain >= {MIN_GAIN:.0f}):"
+    lines = ["", title, "", "| N | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---:|" * len(steps)]
+    gains = [[100 * (c[s] - c[0]) for c in curves] for s in steps]
+    lines.append("| seeds passing | " + " | ".join(f"{sum(g >= MIN_GAIN for g in gs)}" for gs in gains) + " |")
+    lines.append("| mean gain | " + " | ".join(f"{sum(gs) / len(gs):+.1f}" for gs in gains) + " |")
+    return lines
 
 
 def _previous(path: Path, command: str, commit: str) -> dict | None:

@@ -41,3 +41,22 @@ def test_demo_target_bound_is_the_products_share_of_the_trained_phases(tmp_path)
 def test_demo_target_without_a_roofline_reports_the_ratio_only(tmp_path):
     t = learn_default.demo_target([_row(1, 2, 3, 4)], 20.0, tmp_path / "missing.json")
     assert t["measured"] == pytest.approx(0.5) and "bound_if_only_gemms" not in t
+
+
+def test_curve_reads_eval_rows_and_the_table_counts_seeds_passing_at_each_step(tmp_path):
+    """The curve is eval.jsonl's (step, accuracy) rows; the table's counts and mean gains, computed by hand."""
+    runs = []
+    for seed, accs in enumerate([(0.2, 0.4, 0.6), (0.3, 0.5, 0.55), (0.1, 0.45, 0.3)]):
+        out = tmp_path / str(seed)
+        out.mkdir()
+        rows = [{"step": s, "eval/accuracy": a, "perf/eval_s": 0.1} for s, a in zip((0, 10, 20), accs, strict=True)]
+        rows.append({"step": 20, "benchmark/x": 1.0})  # a row without the held-out accuracy is skipped
+        (out / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append({"curve": learn_default._curve(out)})
+    assert runs[0]["curve"] == [[0, 0.2], [10, 0.4], [20, 0.6]]
+    lines = learn_default._curve_lines({"runs": runs})
+    assert lines[3] == "| N | 10 | 20 |"
+    # gains at 10: +20, +20, +35 -> one seed >= 30; at 20: +40, +25, +20 -> one
+    assert lines[5] == "| seeds passing | 1 | 1 |"
+    assert lines[6] == f"| mean gain | {(20 + 20 + 35) / 3:+.1f} | {(40 + 25 + 20) / 3:+.1f} |"
+    assert learn_default._curve_lines({"runs": [{"curve": [[0, 0.1], [120, 0.5]]}]}) == []  # start and end only
