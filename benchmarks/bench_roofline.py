@@ -27,7 +27,9 @@ In one process, 2 torch threads:
      Each phase's `products` (`product_share`: its weight products replayed alone, back to back as they ran and,
      generously, each on its fastest kernel) give `max_fraction_if_only_gemms` / `max_fraction_fastest_kernels`
      (and for generation `max_speedup_if_only_gemms` / `max_speedup_fastest_kernels`): the value if everything
-     else took no time. The second is the bound that rules a missed target out or not (`targets`).
+     else took no time. The second is the bound that rules a missed target out or not (`targets`). For the 31M
+     update, `product_kernels_cold` (`update_product_kernels`): its products' rates in sequence over every layer's
+     own tensors, forward, input and weight gradient, on the BLAS and on oneDNN (is the gap in the products?).
   3. `logprob_memory`: peak memory of log-probs and entropy with their backward at V = 151,936 (Qwen's vocabulary),
      hidden 1024, T = 4096 positions: rpgrl.rollout.head_logprobs (chunked, recomputed in backward) against the
      naive full-logits computation; each in its own subprocess, peak RSS above the RSS after the inputs exist.
@@ -173,6 +175,53 @@ def gemm_kernel_gflops(m: int, n: int, k: int, reps: int = 7) -> dict[str, float
 
         rates[name] = 2 * m * n * k * inner / _best(run, reps) / 1e9
     return rates
+
+
+def update_product_kernels(arch: dict, rows: int, reps: int = 5) -> dict[str, dict[str, float]]:
+    """GFLOP/s of the update's weight products as it runs them, in sequence over every layer's own tensors (so
+    cache-cold, unlike `gemm_kernel_gflops`' one product repeated): the forward x W^T, the input gradient dY W and
+    the weight gradient dY^T X at `rows` packed rows, on the BLAS (torch.mm, what autograd runs) and on oneDNN with
+    the right operand reordered in the timing (it changes every step). {kernel: {product: GFLOP/s}}."""
+    import torch
+
+    from rpgrl.decode import _linear, _pack, onednn_available
+
+    h, f, hd = arch["hidden"], arch["ffn"], arch["hidden"] // arch["heads"]
+    outs = [(h, h), (h, arch["kv_heads"] * hd), (h, arch["kv_heads"] * hd), (h, h), (h, f), (h, f), (f, h)]
+    g = torch.Generator().manual_seed(0)
+
+    def tensors(k: int, m: int) -> tuple:  # W (m, k), X (rows, k), dY (rows, m)
+        return tuple(torch.randn(*shape, generator=g) for shape in ((m, k), (rows, k), (rows, m)))
+
+    layers = [tensors(k, m) for _ in range(arch["layers"]) for k, m in outs]
+    flop = sum(2 * rows * w.numel() for w, _, _ in layers)
+    products = {
+        "blas": {
+            "forward": lambda w, x, dy: torch.mm(x, w.t()),
+            "input_grad": lambda w, x, dy: torch.mm(dy, w),
+            "weight_grad": lambda w, x, dy: torch.mm(dy.t(), x),
+        }
+    }
+    if onednn_available(torch.float32, torch.device("cpu")):
+        products["onednn"] = {
+            "forward": lambda w, x, dy: _linear(x, _pack(w, "onednn", rows), None, "onednn"),
+            "input_grad": lambda w, x, dy: _linear(dy, _pack(w.t().contiguous(), "onednn", rows), None, "onednn"),
+            "weight_grad": lambda w, x, dy: _linear(
+                dy.t().contiguous(), _pack(x.t().contiguous(), "onednn", w.shape[0]), None, "onednn"
+            ),
+        }
+    out = {}
+    for kernel, fns in products.items():
+        out[kernel] = {}
+        for name, fn in fns.items():
+
+            def run(fn=fn):
+                for w, x, dy in layers:
+                    fn(w, x, dy)
+
+            run()
+            out[kernel][name] = flop / _best(run, reps) / 1e9
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -521,6 +570,10 @@ def main() -> None:
     base = step_seconds(SIZES["1m"], G, MAX_NEW_TOKENS, a.reps)
     scaling = {"base_s": base, "G_x2": step_seconds(SIZES["1m"], 2 * G, MAX_NEW_TOKENS, a.reps) / base,
                "T_x2": step_seconds(SIZES["1m"], G, 2 * MAX_NEW_TOKENS, a.reps) / base}  # fmt: skip
+    s30 = sizes["30m"]
+    update_rows = PROMPTS_PER_STEP * s30["prompt_len"] + PROMPTS_PER_STEP * G * MAX_NEW_TOKENS  # packed, no EOS
+    s30["update"]["product_kernels_cold"] = update_product_kernels(big, update_rows)
+    print(f"31M update products, cache-cold: {json.dumps(s30['update']['product_kernels_cold'])}", flush=True)
     decode = {name: decode_profile(SIZES[name]) for name in ("1m", "30m")}
     print(f"decode: {json.dumps(decode)}", flush=True)
     memory = logprob_memory()
@@ -655,6 +708,12 @@ def markdown(info: dict) -> str:
         for n, d in info["decode_profile"].items()
     ]
     lines += ["", "Decode step (static cache, 32 rows; products replayed alone): " + "; ".join(decode) + "."]
+    cold = info["sizes"]["30m"]["update"].get("product_kernels_cold")
+    if cold:
+        rates = "; ".join(f"{kernel}: " + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in r.items())
+                          for kernel, r in cold.items())  # fmt: skip
+        lines += ["", "31M update's weight products in sequence over every layer's own tensors (cache-cold, as the "
+                  f"update runs them; GFLOP/s, oneDNN with its reorder): {rates}."]  # fmt: skip
     lines += _targets_markdown(info)
     sc, m = info["scaling"], info["logprob_memory"]
     lines += [
