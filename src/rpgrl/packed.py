@@ -17,9 +17,9 @@ The math is the model's own: the norms, projections, q/k norms and MLPs are the 
 packed rows (so their exact code runs, LoRA-wrapped linears included); RoPE takes the cos/sin of the model's rotary
 module, and the attention is transformers' SDPA attention with the module's own `scaling` over the valid
 (non-padding) keys: on the CPU, where it is small, as batched products with a hand-written backward
-(`_GroupedAttention`: at the CPU default's update x0.95-0.96 of the time of SDPA's kernel, which is made for long
-sequences), else `scaled_dot_product_attention`. `tests/test_packed.py` checks log-probs and every parameter's
-gradient against the `transformers` forward in float64, on both attention paths.
+(`_GroupedAttention`: the CPU default's whole update took x0.95-0.96 the time it took on SDPA's CPU kernel, which is
+made for long sequences), else `scaled_dot_product_attention`. `tests/test_packed.py` checks log-probs and every
+parameter's gradient against the `transformers` forward in float64, on both attention paths.
 
 Shapes: B rows (U distinct prompts), P prompt positions (left-padded), T response positions, H hidden, nh / nkv
 heads of size hd, R <= B T valid response tokens, N = U P + R packed rows.
