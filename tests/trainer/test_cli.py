@@ -337,7 +337,14 @@ def test_divergence_is_one_line_and_keeps_what_was_saved(capsys, tmp_path, argv,
     assert set(saved) <= set(steps)  # every checkpoint (one per step here) is of a step that completed
 
 
-@pytest.mark.parametrize("argv", [["--optim.lr", "1e30"], ["--data.reward", "test_nan_after_two"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--optim.lr", "1e30"],
+        ["--data.reward", "test_nan_after_two"],
+        ["--data.reward", "test_nan_after_two", "--train.report_to", "tensorboard"],  # its event files taken back
+    ],
+)
 def test_a_resume_that_fails_before_saving_leaves_the_run_as_it_was(capsys, finished_run, tmp_path, argv):
     """A learning rate far too large, or a reward that returns NaN, passed when resuming: one line and exit 2, and
     the files the resume rewrote before its first step (config.json, metrics and evaluations cut back to the

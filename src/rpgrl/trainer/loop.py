@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,7 @@ def train(
     t_begin = time.perf_counter()
     run = open_run(cfg, Path(out), resume)  # all input errors surface here, before `out` is touched
     kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
+    existing = set(run.out.rglob("*")) if kept is not None else set()
     tracker = prepare_run_dir(run)
     try:
         start_rl(run, tracker, stop)
@@ -109,7 +111,9 @@ def train(
         return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
     except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
         if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
+            tracker.close()
             _restore_files(run.out, kept)
+            _remove_new(run.out, existing)  # e.g. its TensorBoard events, whose purge step would hide later rows
         raise
 
 
@@ -130,6 +134,15 @@ def _restore_files(out: Path, files: dict[str, bytes | None]) -> None:
             write_bytes_atomic(out / name, data)
         else:
             (out / name).unlink(missing_ok=True)
+
+
+def _remove_new(out: Path, existing: set[Path]) -> None:
+    """Delete what is in `out` now and was not in `existing` (its listing before), deepest first."""
+    for p in sorted(set(out.rglob("*")) - existing, key=lambda p: len(p.parts), reverse=True):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def prepare_run_dir(run: Run):
