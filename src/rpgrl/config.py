@@ -485,23 +485,38 @@ def config_from_dict(d: dict[str, Any], base: Config | None = None) -> Config:
 
 def check(cfg: Config) -> Config:
     """Raise UsageError (one line, naming the key) for values no run can use. Returns `cfg` unchanged."""
+    _check_finite(cfg)
+    _check_counts(cfg)
+    _check_rollout_and_loss(cfg)
+    _check_optim_and_rest(cfg)
+    from rpgrl.trainer.trackers import parse_report_to  # standard library only (and rpgrl.errors)
 
-    def need(ok: bool, key: str, what: str) -> None:
-        if not ok:
-            raise UsageError(f"{key} {what}")
+    parse_report_to(cfg.train.report_to)
+    _check_unused(cfg)
+    return cfg
 
+
+def _need(ok: bool, key: str, what: str) -> None:
+    if not ok:
+        raise UsageError(f"{key} {what}")
+
+
+def _check_finite(cfg: Config) -> None:
+    """Every float of every section finite and within float32's range."""
     for sec in SECTIONS:  # inf and nan pass every range check below (nan compares False, inf > 0)
         for name, v in dataclasses.asdict(getattr(cfg, sec)).items():
             floats = [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, float)]
-            need(all(math.isfinite(x) for x in floats), f"{sec}.{name}", f"must be a finite number, got {_show(v)}")
-            need(all(abs(x) <= FLOAT32_MAX for x in floats), f"{sec}.{name}",  # it becomes inf in a float32 tensor
-                 f"must be at most {FLOAT32_MAX:.4g} in size (float32's largest), got {_show(v)}")  # fmt: skip
+            _need(all(math.isfinite(x) for x in floats), f"{sec}.{name}", f"must be a finite number, got {_show(v)}")
+            _need(all(abs(x) <= FLOAT32_MAX for x in floats), f"{sec}.{name}",  # it becomes inf in a float32 tensor
+                  f"must be at most {FLOAT32_MAX:.4g} in size (float32's largest), got {_show(v)}")  # fmt: skip
 
-    m, d, r, lo, o, rf, s, e, t = (cfg.model, cfg.data, cfg.rollout, cfg.loss, cfg.optim, cfg.ref, cfg.sft,
-                                   cfg.eval, cfg.train)  # fmt: skip
-    need(m.path is not None, "model.path", "is not set: pass --model.path DIR (a Hugging Face causal-LM folder)")
-    need(d.train is not None, "data.train", "is not set: pass --data.train FILE (JSONL or parquet with prompts "
-         f"and answers in columns {d.prompt_key!r}/{d.answer_key!r})")  # fmt: skip
+
+def _check_counts(cfg: Config) -> None:
+    """Sizes, counts and step numbers: the ones that must be >= 1 or >= 0, and how they fit together."""
+    m, d, r, o, rf, s, e, t = cfg.model, cfg.data, cfg.rollout, cfg.optim, cfg.ref, cfg.sft, cfg.eval, cfg.train
+    _need(m.path is not None, "model.path", "is not set: pass --model.path DIR (a Hugging Face causal-LM folder)")
+    _need(d.train is not None, "data.train", "is not set: pass --data.train FILE (JSONL or parquet with prompts "
+          f"and answers in columns {d.prompt_key!r}/{d.answer_key!r})")  # fmt: skip
     for key, v in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
                    ("model.num_heads", m.num_heads), ("model.num_kv_heads", m.num_kv_heads),
                    ("model.intermediate_size", m.intermediate_size), ("data.num_train", d.num_train),
@@ -513,66 +528,71 @@ def check(cfg: Config) -> Config:
                    ("train.epochs", t.epochs), ("train.micro_batch_size", t.micro_batch_size),
                    ("train.logprob_chunk", t.logprob_chunk), ("train.checkpoint_every", t.checkpoint_every),
                    ("train.keep_checkpoints", t.keep_checkpoints), ("train.threads", t.threads)]:  # fmt: skip
-        need(v >= 1, key, f"must be >= 1, got {v}")
+        _need(v >= 1, key, f"must be >= 1, got {v}")
     for key, v in [("train.max_steps", t.max_steps), ("sft.max_steps", s.max_steps), ("eval.every", e.every),
                    ("rollout.overlong_buffer", r.overlong_buffer), ("train.collapse_patience", t.collapse_patience),
                    ("eval.val_samples", e.val_samples),
                    ("optim.warmup_steps", o.warmup_steps)]:  # fmt: skip
-        need(v >= 0, key, f"must be >= 0, got {v}")
-    need(0 <= t.seed <= MAX_SEED, "train.seed", f"must be in [0, 2**63 - 1], got {t.seed}")
+        _need(v >= 0, key, f"must be >= 0, got {v}")
+    _need(0 <= t.seed <= MAX_SEED, "train.seed", f"must be in [0, 2**63 - 1], got {t.seed}")
     cpus = os.cpu_count() or 1
-    need(t.threads <= 4 * cpus, "train.threads", f"must be <= 4 x the {cpus} CPUs of this machine, got {t.threads}")
+    _need(t.threads <= 4 * cpus, "train.threads", f"must be <= 4 x the {cpus} CPUs of this machine, got {t.threads}")
     if cfg.synthetic:
         from rpgrl.rewards.synthetic import max_problems  # standard library only (and rpgrl's registries)
 
         for key, n, split in (("data.num_train", d.num_train, "train"), ("data.num_val", d.num_val, "val")):
-            need(n <= max_problems(split), key, f"must be <= {max_problems(split)} (the synthetic task's distinct "
-                 f"{split} problems), got {n}")  # fmt: skip
-    need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
-    need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
+            _need(n <= max_problems(split), key, f"must be <= {max_problems(split)} (the synthetic task's distinct "
+                  f"{split} problems), got {n}")  # fmt: skip
+    _need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
+    _need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
+    _need(t.checkpoint_minutes >= 0, "train.checkpoint_minutes", f"must be >= 0 (0 = off), got {t.checkpoint_minutes}")
+
+
+def _check_rollout_and_loss(cfg: Config) -> None:
+    """Sampling, reward shaping and the loss's options (the cross-option rules as rpg_loss applies them)."""
+    r, lo = cfg.rollout, cfg.loss
     # one response per prompt: always all right or all wrong (filtered out), and no group baseline
     g1_ok = r.group_filter == "off" and lo.advantage.startswith("reinforce_pp")  # a batch baseline can use G = 1
-    need(r.group_size >= 2 or g1_ok, "rollout.group_size", "must be >= 2: a group of one response has no baseline "
-         "and the group filter drops it (only reinforce_pp advantages with group_filter off can use 1)")  # fmt: skip
-    need(t.checkpoint_minutes >= 0, "train.checkpoint_minutes", f"must be >= 0 (0 = off), got {t.checkpoint_minutes}")
-    need(r.temperature >= 1e-8, "rollout.temperature",
-         f"must be >= 1e-8 (logits / temperature stay finite in float32), got {r.temperature}")  # fmt: skip
-    need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
-    need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")
-    need(0 <= r.overlong_factor <= REWARD_LIMIT, "rollout.overlong_factor",
-         f"must be in [0, {REWARD_LIMIT:g}] (a reward's scale; advantages square it in float32)")  # fmt: skip
-    need(r.gen_prompts is None or r.gen_prompts >= 1, "rollout.gen_prompts", "must be >= 1")
-    need(lo.beta >= 0, "loss.beta", f"must be >= 0, got {lo.beta}")
-    need(lo.clip in (None, "dual", "truncate"), "loss.clip", f"must be dual, truncate or none, got {lo.clip!r}")
-    need(0 <= lo.eps_low <= 1, "loss.eps_low", f"must be in [0, 1] (1 = no lower clip), got {lo.eps_low}")
-    need(lo.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {lo.eps_high}")
-    need(lo.c > 1, "loss.c", f"must be > 1, got {lo.c}")
-    need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
-    need(lo.max_log_w is None or lo.name == "rpg", "loss.max_log_w", f"applies to loss.name rpg only, not {lo.name}")
+    _need(r.group_size >= 2 or g1_ok, "rollout.group_size", "must be >= 2: a group of one response has no baseline "
+          "and the group filter drops it (only reinforce_pp advantages with group_filter off can use 1)")  # fmt: skip
+    _need(r.temperature >= 1e-8, "rollout.temperature",
+          f"must be >= 1e-8 (logits / temperature stay finite in float32), got {r.temperature}")  # fmt: skip
+    _need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
+    _need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")
+    _need(0 <= r.overlong_factor <= REWARD_LIMIT, "rollout.overlong_factor",
+          f"must be in [0, {REWARD_LIMIT:g}] (a reward's scale; advantages square it in float32)")  # fmt: skip
+    _need(r.gen_prompts is None or r.gen_prompts >= 1, "rollout.gen_prompts", "must be >= 1")
+    _need(lo.beta >= 0, "loss.beta", f"must be >= 0, got {lo.beta}")
+    _need(lo.clip in (None, "dual", "truncate"), "loss.clip", f"must be dual, truncate or none, got {lo.clip!r}")
+    _need(0 <= lo.eps_low <= 1, "loss.eps_low", f"must be in [0, 1] (1 = no lower clip), got {lo.eps_low}")
+    _need(lo.eps_high >= 0, "loss.eps_high", f"must be >= 0, got {lo.eps_high}")
+    _need(lo.c > 1, "loss.c", f"must be > 1, got {lo.c}")
+    _need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
+    _need(lo.max_log_w is None or lo.name == "rpg", "loss.max_log_w", f"applies to loss.name rpg only, not {lo.name}")
     if lo.name == "rpg":  # the cross-option rules (e.g. truncate needs reinforce), as rpg_loss applies them
         try:
             lo.rpg_options().check()
         except OptionError as e:
             raise UsageError(f"loss.{LOSS_KEYS.get(e.option, e.option)}: {e}") from None
-    need(o.lr >= 0, "optim.lr", f"must be >= 0, got {o.lr}")
-    need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
-    need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")
-    need(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 = off)")
-    need(o.eps >= FLOAT32_TINY, "optim.eps", f"must be >= {FLOAT32_TINY:.4g} (float32's smallest normal number: "
-         f"at 0, a weight whose gradient stays 0 is updated by 0 / 0), got {o.eps}")  # fmt: skip
-    need(rf.kappa > 0, "ref.kappa", "must be > 0")
-    need(0 < rf.ema <= 1, "ref.ema", "must be in (0, 1]")
-    need(s.lr >= 0, "sft.lr", "must be >= 0")
-    need(0 <= s.target_accuracy <= 1, "sft.target_accuracy", "must be in [0, 1]")
-    need(e.max_problems is None or e.max_problems >= 1, "eval.max_problems", "must be >= 1")
-    mb = t.mini_batch_prompts
-    need(mb is None or (mb >= 1 and r.prompts_per_step % mb == 0), "train.mini_batch_prompts",
-         f"must divide rollout.prompts_per_step ({r.prompts_per_step}), got {mb}")  # fmt: skip
-    from rpgrl.trainer.trackers import parse_report_to  # standard library only (and rpgrl.errors)
 
-    parse_report_to(t.report_to)
-    _check_unused(cfg)
-    return cfg
+
+def _check_optim_and_rest(cfg: Config) -> None:
+    """The optimizer, the KL anchor, the warm start, evaluation and the mini-batch split."""
+    r, o, rf, s, e, t = cfg.rollout, cfg.optim, cfg.ref, cfg.sft, cfg.eval, cfg.train
+    _need(o.lr >= 0, "optim.lr", f"must be >= 0, got {o.lr}")
+    _need(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+    _need(all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {o.betas}")
+    _need(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 = off)")
+    _need(o.eps >= FLOAT32_TINY, "optim.eps", f"must be >= {FLOAT32_TINY:.4g} (float32's smallest normal number: "
+          f"at 0, a weight whose gradient stays 0 is updated by 0 / 0), got {o.eps}")  # fmt: skip
+    _need(rf.kappa > 0, "ref.kappa", "must be > 0")
+    _need(0 < rf.ema <= 1, "ref.ema", "must be in (0, 1]")
+    _need(s.lr >= 0, "sft.lr", "must be >= 0")
+    _need(0 <= s.target_accuracy <= 1, "sft.target_accuracy", "must be in [0, 1]")
+    _need(e.max_problems is None or e.max_problems >= 1, "eval.max_problems", "must be >= 1")
+    mb = t.mini_batch_prompts
+    _need(mb is None or (mb >= 1 and r.prompts_per_step % mb == 0), "train.mini_batch_prompts",
+          f"must divide rollout.prompts_per_step ({r.prompts_per_step}), got {mb}")  # fmt: skip
 
 
 def _check_unused(cfg: Config) -> None:
