@@ -5,7 +5,9 @@ Every estimator shares one signature (the `AdvantageFn` protocol):
     fn(rewards: (B,), group: (B,) integer prompt ids, mask: (B, T)) -> advantages (B,) or (B, T)
 
 `group` marks responses to the same prompt (any integer ids, not necessarily contiguous); groups may have different
-sizes. Group statistics are computed with index_add (no Python loop over groups). Estimators, with exact epsilons:
+sizes. Group statistics are computed with index_add (no Python loop over groups), in float64 whatever the rewards'
+dtype (float32 rewards of 1e20 have a variance float32 cannot hold), and the advantages are returned in the rewards'
+dtype; advantages that do not fit it raise ValueError. Estimators, with exact epsilons:
 
     rpg                     A_i = R_i - mean_g(R)                         size-1 group: mean 0 (A = R)
     drgrpo                  the same (Dr. GRPO's "no std"); a separate name so presets say what they mean
@@ -45,8 +47,9 @@ get_advantage = ADVANTAGES.get
 def rpg_advantage(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """A_i = R_i - group mean (a size-1 group gets mean 0). Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
     _check(rewards, group, mask)
-    mean, _, _ = _group_moments(rewards, group)
-    return rewards - mean
+    r = rewards.double()
+    mean, _, _ = _group_moments(r, group)
+    return _back(r - mean, rewards.dtype)
 
 
 @register_advantage("drgrpo")
@@ -63,9 +66,10 @@ def grpo_advantage(
     (so A = R / (1 + eps)), as verl does. Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
     _check(rewards, group, mask)
     _check_eps(eps)
-    mean, var, n = _group_moments(rewards, group)
+    r = rewards.double()
+    mean, var, n = _group_moments(r, group)
     std = torch.where(n > 1, var.sqrt(), torch.ones_like(var))
-    return (rewards - mean) / (std + eps)
+    return _back((r - mean) / (std + eps), rewards.dtype)
 
 
 @register_advantage("rloo")
@@ -73,11 +77,12 @@ def rloo_advantage(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tenso
     """A_i = R_i - mean of the other responses of its group (leave-one-out); a size-1 group has baseline 0.
     Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
     _check(rewards, group, mask)
-    inv, n = _group_index(group, rewards.dtype)
-    total = torch.zeros(n.numel(), dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, rewards)[inv]
+    r = rewards.double()
+    inv, n = _group_index(group, r.dtype)
+    total = torch.zeros(n.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, r)[inv]
     n = n[inv]
-    baseline = torch.where(n > 1, (total - rewards) / (n - 1).clamp(min=1), torch.zeros_like(rewards))
-    return rewards - baseline
+    baseline = torch.where(n > 1, (total - r) / (n - 1).clamp(min=1), torch.zeros_like(r))
+    return _back(r - baseline, rewards.dtype)
 
 
 @register_advantage("reinforce_pp")
@@ -96,25 +101,48 @@ def reinforce_pp_baseline_advantage(
 ) -> torch.Tensor:
     """REINFORCE++-baseline: R_i - group mean (size-1 group: mean 0) broadcast to its valid tokens, then whitened
     over all valid tokens of the batch. Shapes: rewards, group: (B,); mask: (B, T) -> (B, T), 0 on padding."""
-    centred = rpg_advantage(rewards, group, mask)
-    return whiten(centred[:, None].expand(mask.shape), mask, eps=eps)
+    _check(rewards, group, mask)
+    mean, _, _ = _group_moments(rewards.double(), group)
+    centred = rewards.double() - mean  # kept in float64 for the whitening
+    return _back(whiten(centred[:, None].expand(mask.shape), mask, eps=eps), rewards.dtype)
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS) -> torch.Tensor:
     """(values - mu) / sqrt(var + eps) over the positions where mask is set, 0 elsewhere.
 
     mu = token-weighted mean, var = token-weighted variance with Bessel correction over the token count N
-    (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Shapes: values, mask: (B, T) -> (B, T)."""
+    (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Computed in float64, returned in values' dtype. Shapes: values,
+    mask: (B, T) -> (B, T); values finite where mask is set, mask bool or 0/1."""
     _check_eps(eps)
+    if values.dim() != 2 or mask.shape != values.shape:
+        raise ValueError(f"whiten: values must be (B, T) and mask of its shape, got {tuple(values.shape)} and "
+                         f"{tuple(mask.shape)}")  # fmt: skip
+    if not values.is_floating_point():
+        raise ValueError(f"whiten: values must be a floating tensor, got {values.dtype}")
+    if mask.dtype != torch.bool and ((mask != 0) & (mask != 1)).any():
+        raise ValueError("whiten: mask must be bool or contain only 0 and 1")
     m = mask.bool()
     n = m.sum()
     if n < 2:
         raise ValueError(f"whitening needs at least 2 valid tokens (Bessel correction), got {int(n)}")
-    zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    v = torch.where(m, values, zero)
+    zero = torch.zeros((), dtype=torch.float64, device=values.device)
+    v = torch.where(m, values.double(), zero)
+    if not bool(torch.isfinite(v).all()):
+        raise ValueError(f"whiten: values are not finite at {tuple((~torch.isfinite(v)).nonzero()[0].tolist())}")
     mu = v.sum() / n
     var = torch.where(m, (v - mu).square(), zero).sum() / (n - 1)
-    return torch.where(m, (v - mu) * torch.rsqrt(var + eps), zero)
+    return _back(torch.where(m, (v - mu) * torch.rsqrt(var + eps), zero), values.dtype)
+
+
+def _back(adv: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Advantages computed in float64, in `dtype`; ValueError where they do not fit it (or overflowed)."""
+    out = adv.to(dtype)
+    bad = ~torch.isfinite(out)
+    if bool(bad.any()):
+        i = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(f"advantage at {i} is {adv[i].item():.6g}, beyond {dtype}'s range: the rewards are too large "
+                         "to represent their differences (rescale them)")  # fmt: skip
+    return out
 
 
 def _group_index(group: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

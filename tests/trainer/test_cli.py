@@ -419,3 +419,24 @@ def test_progress_false_prints_no_progress_bar(capsys, tmp_path):
     from transformers.utils import logging as hf_logging
 
     assert hf_logging.is_progress_bar_enabled()  # put back for the rest of the process
+
+
+def test_a_loss_that_overflows_mid_run_is_a_diverged_run(capsys, tmp_path, monkeypatch):
+    """The loss refusing ratios it cannot represent (`LossOverflow`, e.g. an unclipped sequence-level w past
+    float32) is a diverged run: one line naming it, exit 2, the steps before it kept (was a traceback)."""
+    from rpgrl.objectives import LOSSES, LossOverflow
+
+    real, calls = LOSSES.get("rpg"), []
+
+    def overflowing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 5:  # step 2: 1 call checks the options at setup, a step makes 4 (2 mini x 2 micro-batches)
+            raise LossOverflow("rpg_loss overflowed (its gradient, log w per sequence in [0, 95]): a ratio is too big")
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(LOSSES._items, "rpg", overflowing)
+    out = tmp_path / "run"
+    err = _fail(capsys, [*TINY_ARGS, "--train.checkpoint_every", "1", "--max-steps", "3", "--out", str(out)])
+    assert "rpg_loss overflowed (its gradient" in err and "lower optim.lr" in err, err
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
+    assert (out / "checkpoints" / "step-000001").is_dir()

@@ -18,6 +18,7 @@ Glossary (one vocabulary everywhere):
 from rpgrl.objectives import baselines, kl  # noqa: F401
 from rpgrl.objectives.base import LOSSES, LossFn, LossOutput, get_loss, register_loss
 from rpgrl.objectives.baselines import dapo_loss, grpo_loss, ppo_loss, reinforce_pp_loss
+from rpgrl.objectives.checks import LossOverflow
 from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k1, k2, k3, kl_penalty
 from rpgrl.objectives.reduce import AGG_MODES, aggregate, masked_mean, masked_sum
 from rpgrl.objectives.rpg import rpg_loss
@@ -26,6 +27,7 @@ __all__ = [
     "AGG_MODES",
     "LOSSES",
     "LossFn",
+    "LossOverflow",
     "LossOutput",
     "aggregate",
     "anchored_kl_term",

@@ -35,7 +35,7 @@ import torch
 
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
-from rpgrl.objectives.checks import check_finite, check_tensors
+from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors
 from rpgrl.objectives.kl import grpo_kl_term, k3
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
@@ -67,7 +67,8 @@ def ppo_loss(
         k3_corrected  w * k3(pi_anchor / pi_theta)           (spec 3.4; unbiased gradient of KL(pi || anchor))
     anchor = `ref_logp` when given, else `old_logp` (the iterative reference of spec 6). `kl_clamp` clamps the KL
     term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`;
-    where it binds the gradient is 0, also where the unclamped term overflows. A loss that overflows raises ValueError.
+    where it binds the gradient is 0, also where the unclamped term overflows. A loss that overflows raises
+    `LossOverflow` (a ValueError), as does a finite corrected KL term whose gradient's factors overflow.
 
     loss = aggregate(per_token, mask, agg, normalizer): pass the global token (token-mean) or sequence count
     (seq-mean-*) as `normalizer` when micro-batching, and the micro-batch losses add up to the full-batch loss.
@@ -95,7 +96,7 @@ def ppo_loss(
     pg, rows = _clipped_surrogate(log_w, adv, eps_low, eps_high, clip_c)
 
     metrics: dict[str, torch.Tensor] = {}
-    per_token, kl_loss = pg, zero
+    per_token, kl_loss, anchor, clamped = pg, zero, None, None
     if kl is not None:
         anchor = torch.where(m, (old_logp if ref_logp is None else ref_logp).detach(), zero)
         kl_term, clamped = _kl_term(kl, logp, anchor, old_logp, kl_clamp)
@@ -108,8 +109,13 @@ def ppo_loss(
 
     loss = aggregate(per_token, m, agg, normalizer)
     if not torch.isfinite(loss):
-        raise ValueError(
+        raise LossOverflow(
             f"ppo_loss overflowed (loss = {loss.item()}): an advantage or the KL term is too large to represent"
+        )
+    if kl == "k3_corrected" and not _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped):
+        raise LossOverflow(
+            "ppo_loss overflowed (the gradient of the corrected KL term w * k3(pi_anchor / pi_theta)): pi_anchor / "
+            "pi_old is too large to represent; set kl_clamp, or take smaller steps"
         )
     metrics["loss/policy"] = aggregate(pg.detach().to(torch.float64), m, agg, normalizer)
     metrics[M.LOSS_KL] = kl_loss
@@ -155,8 +161,8 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
     """The per-token KL term (B, T) of `ppo_loss` and, with `kl_clamp`, where the clamp binds (else None).
 
     Where it binds the value is +-kl_clamp and the gradient 0: the term is evaluated there at logp = anchor, so
-    the backward of an overflowed exp (inf * 0) cannot reach logp as NaN. A term that overflows to NaN (w = inf
-    times k3 = 0) counts as clamped, with its value w * k3 taken in float64 log space."""
+    the backward of an overflowed exp (inf * 0) cannot reach logp as NaN. A term that overflows to NaN (w = 0
+    times k3 = inf) counts as clamped, with its value w * k3 taken in float64 log space."""
 
     def term(lp: torch.Tensor) -> torch.Tensor:
         return lp - anchor if kind == "k1" else grpo_kl_term(lp, anchor, old_logp, corrected=kind == "k3_corrected")
@@ -166,12 +172,22 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
     with torch.no_grad():
         raw = term(logp.detach())
         clamped = ~(raw.abs() <= kl_clamp)  # NaN counts as clamped
-        if bool(raw.isnan().any()):  # only k3_corrected: exp(lw + log k3), never NaN for finite lw
+        if bool(raw.isnan().any()):  # only k3_corrected (w underflowed): exp(lw + log k3), never NaN
             f64 = [x.detach().to(torch.float64) for x in (logp, anchor, old_logp)]
             exact = torch.exp(f64[0] - f64[2] + torch.log(k3(f64[1] - f64[0]))).to(raw.dtype)
             raw = torch.where(raw.isnan(), exact, raw)
         fill = raw.clamp(-kl_clamp, kl_clamp)
     return torch.where(clamped, fill, term(torch.where(clamped, anchor, logp))), clamped
+
+
+def _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped) -> bool:
+    """Whether backward of w * k3(x), w = exp(logp - old_logp), x = anchor - logp, stays finite where the term is
+    not clamped: its gradient w (logp - anchor) is reached through the factor w exp(x) = pi_anchor / pi_old, which
+    overflows (inf - inf) before the gradient itself does. Padding holds 0 in all three. Shapes: (B, T)."""
+    with torch.no_grad():
+        lp, a, o = logp.detach(), anchor, old_logp
+        ok = torch.isfinite(torch.exp(a - o)) & torch.isfinite(torch.exp(lp - o) * (lp - a))
+        return bool((ok if clamped is None else ok | clamped).all())
 
 
 @register_loss("grpo")
@@ -290,6 +306,12 @@ def _check_options(
     ref_logp: torch.Tensor | None,
     kl_clamp: float | None,
 ) -> None:
+    numbers = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta, "clip_c": clip_c, "kl_clamp": kl_clamp}
+    for name, v in numbers.items():  # clip_c and kl_clamp may be None (off)
+        if (v is not None or name in ("eps_low", "eps_high", "beta")) and (
+            isinstance(v, bool) or not isinstance(v, (int, float))
+        ):
+            raise ValueError(f"{name} must be a number, got {v!r}")
     if not 0 <= eps_low <= 1:
         raise ValueError(f"eps_low must be in [0, 1], got {eps_low}")
     if not eps_high >= 0:

@@ -8,6 +8,12 @@ from __future__ import annotations
 import torch
 
 
+class LossOverflow(ValueError):
+    """A loss, or the weight its gradient carries, too large to represent: importance ratios too extreme for the
+    dtype (unclipped, at sequence level, or after a step that moved the policy far). The trainer reports it as a
+    diverged run; a caller can retry with RPG-Style Clip, `max_log_w` or smaller steps."""
+
+
 def check_tensors(
     logp: torch.Tensor,
     old_logp: torch.Tensor,

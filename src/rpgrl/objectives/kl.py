@@ -14,6 +14,7 @@ importance-weighted forms below have a known expected gradient.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -22,17 +23,18 @@ Direction = Literal["reverse", "forward"]
 
 
 def k1(log_r: torch.Tensor) -> torch.Tensor:
-    """k1 = -log r."""
+    """k1 = -log r, elementwise: any shape -> the same shape."""
     return -log_r
 
 
 def k2(log_r: torch.Tensor) -> torch.Tensor:
-    """k2 = (log r)^2 / 2."""
+    """k2 = (log r)^2 / 2, elementwise: any shape -> the same shape."""
     return 0.5 * log_r.square()
 
 
 def k3(log_r: torch.Tensor) -> torch.Tensor:
-    """k3 = r - 1 - log r, computed as expm1(log r) - log r (no cancellation in r - 1 near r = 1).
+    """k3 = r - 1 - log r, computed as expm1(log r) - log r (no cancellation in r - 1 near r = 1), elementwise: any
+    shape -> the same shape.
 
     Non-negative in floating point too: expm1 is monotone and expm1(x) >= x, so the rounded value is >= x.
     """
@@ -40,7 +42,12 @@ def k3(log_r: torch.Tensor) -> torch.Tensor:
 
 
 def grpo_kl_term(
-    logp: torch.Tensor, ref_logp: torch.Tensor, old_logp: torch.Tensor | None = None, *, corrected: bool
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    old_logp: torch.Tensor | None = None,
+    *,
+    corrected: bool,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token GRPO KL penalty against a reference, as published or with the paper's correction (spec 3.4).
 
@@ -50,23 +57,31 @@ def grpo_kl_term(
     corrected:    w * k3(pi_ref / pi_theta),  w = exp(logp - old_logp) differentiated.
                   E_old[.] = KL(pi_theta || pi_ref) and E_old[grad .] = grad KL(pi_theta || pi_ref) for any pi_old.
 
-    Shapes: logp, ref_logp, old_logp: (B, T) (any equal shapes) -> (B, T). `old_logp` is required only when
-    `corrected` (it is ignored otherwise). `ref_logp` and `old_logp` are constants (detach them upstream).
+    Shapes: logp, ref_logp, old_logp, mask: (B, T) (any equal shapes) -> (B, T). `old_logp` is required only when
+    `corrected` (it is ignored otherwise). `ref_logp` and `old_logp` are constants (detach them upstream). `mask`
+    (bool or 0/1): the term is 0 at padding, with a zero gradient, whatever the padding holds (see `_unmasked`).
+    Where the term is 0 (logp = ref_logp) the corrected term is 0 with a zero gradient, also when w overflows.
     """
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
+    if corrected and old_logp is None:
+        raise ValueError("grpo_kl_term(corrected=True) needs old_logp (the sampler's log-probs) for the weight w")
+    if corrected and old_logp.shape != logp.shape:
+        raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
+    logp, ref_logp, old_logp = _unmasked(mask, logp, ref_logp, old_logp)
     term = k3(ref_logp - logp)  # r = pi_ref / pi_theta
     if not corrected:
         return term
-    if old_logp is None:
-        raise ValueError("grpo_kl_term(corrected=True) needs old_logp (the sampler's log-probs) for the weight w")
-    if old_logp.shape != logp.shape:
-        raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
-    return torch.exp(logp - old_logp) * term
+    return _times_w(logp - old_logp, term)
 
 
 def anchored_kl_term(
-    logp: torch.Tensor, anchor_logp: torch.Tensor, sampler_logp: torch.Tensor, *, direction: Direction
+    logp: torch.Tensor,
+    anchor_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    *,
+    direction: Direction,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Importance-weighted KL to an anchor pi_a that differs from the sampler pi_s (spec 3.4, last paragraph).
 
@@ -77,18 +92,39 @@ def anchored_kl_term(
     With anchor = sampler, `reverse` is RPG's URKL term w log w - w + 1 and `forward` is UFKL's k3(w).
     `grpo_kl_term(corrected=True)` is `reverse` with anchor = ref and sampler = old.
 
-    Shapes: logp, anchor_logp, sampler_logp: equal shapes, e.g. (B, T) -> (B, T). Anchor and sampler are constants.
+    Shapes: logp, anchor_logp, sampler_logp, mask: equal shapes, e.g. (B, T) -> (B, T). Anchor and sampler are
+    constants. `mask` as in `grpo_kl_term`; where the k3 factor is 0 the term is 0 even if the weight overflows.
     """
     if not (logp.shape == anchor_logp.shape == sampler_logp.shape):
         raise ValueError(
             f"logp {tuple(logp.shape)}, anchor_logp {tuple(anchor_logp.shape)} and sampler_logp "
             f"{tuple(sampler_logp.shape)} must have the same shape"
         )
+    if direction not in ("reverse", "forward"):
+        raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
+    logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
     if direction == "reverse":
-        return torch.exp(logp - sampler_logp) * k3(anchor_logp - logp)
-    if direction == "forward":
-        return torch.exp(anchor_logp - sampler_logp) * k3(logp - anchor_logp)
-    raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
+        return _times_w(logp - sampler_logp, k3(anchor_logp - logp))
+    return _times_w(anchor_logp - sampler_logp, k3(logp - anchor_logp))
+
+
+def _times_w(log_w: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
+    """exp(log_w) * term, and 0 (value and gradient) where term is 0: there the product is 0 whatever w is, while
+    w = inf would give inf * 0 = NaN in the value and in backward."""
+    zero = term == 0
+    return torch.exp(torch.where(zero, 0.0, log_w)) * term
+
+
+def _unmasked(mask: torch.Tensor | None, *logps: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The log-probs with 0 at padding (mask 0), so that no exponential meets what padding holds: -inf or -1e4 there
+    gives NaN in backward even when the caller masks the output (0 * inf). No mask: unchanged."""
+    if mask is None:
+        return logps
+    if mask.shape != logps[0].shape:
+        raise ValueError(f"mask has shape {tuple(mask.shape)} but must have the shape of logp {tuple(logps[0].shape)}")
+    keep = mask if mask.dtype == torch.bool else mask != 0
+    return tuple(None if t is None else torch.where(keep, t, torch.zeros((), dtype=t.dtype, device=t.device))
+                 for t in logps)  # fmt: skip
 
 
 # verl `kl_penalty` names (with the aliases of recent verl) -> what they compute from lr = logp - ref_logp.
@@ -102,6 +138,7 @@ def kl_penalty(
     *,
     value_clamp: float | None = None,
     log_ratio_clamp: float | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """verl's per-token `kl_penalty(logprob, ref_logprob, name)`, with every clamp an explicit, off-by-default option.
 
@@ -116,7 +153,9 @@ def kl_penalty(
     gradient where they bind (0, not NaN, even where exp overflows); they apply to `low_var_kl`/`k3` only
     (ValueError otherwise).
 
-    Shapes: logp, ref_logp: (B, T) -> (B, T).
+    Shapes: logp, ref_logp, mask: (B, T) -> (B, T). `mask` (bool or 0/1): 0 at padding with a zero gradient,
+    whatever the padding holds; without it, padding must hold finite log-probs close to ref_logp (-inf there gives a
+    NaN gradient even after the output is masked, and no clamp prevents it).
     """
     if name not in KL_PENALTY_NAMES:
         raise ValueError(f"unknown kl_penalty {name!r}; valid: {', '.join(KL_PENALTY_NAMES)}")
@@ -125,6 +164,10 @@ def kl_penalty(
     is_k3 = name in ("low_var_kl", "k3")
     if (value_clamp is not None or log_ratio_clamp is not None) and not is_k3:
         raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")
+    for key, v in (("value_clamp", value_clamp), ("log_ratio_clamp", log_ratio_clamp)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+            raise ValueError(f"{key} must be a finite number > 0 (or None), got {v!r}")
+    logp, ref_logp = _unmasked(mask, logp, ref_logp)
     lr = logp - ref_logp
     if name in ("kl", "k1"):
         return lr

@@ -29,20 +29,21 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 
 def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
-    """ValueError unless `normalizer` is None or one finite number > 0 (a zero, negative or NaN count would silently
-    give an inf, sign-flipped or NaN loss). A tensor costs one host sync."""
+    """ValueError unless `normalizer` is None or one finite count >= 1 (a zero, negative or NaN count would silently
+    give an inf, sign-flipped or NaN loss, and a count below 1 multiplies every gradient: at 1e-39 a loss of 0 came
+    with infinite gradients). A tensor costs one host sync."""
     if normalizer is None:
         return
     if isinstance(normalizer, torch.Tensor):
         if normalizer.numel() != 1:
             raise ValueError(f"normalizer must be one number, got a tensor of shape {tuple(normalizer.shape)}")
-        ok = bool((normalizer > 0) & torch.isfinite(normalizer))
+        ok = bool((normalizer >= 1) & torch.isfinite(normalizer))
     elif isinstance(normalizer, (int, float)) and not isinstance(normalizer, bool):
-        ok = math.isfinite(normalizer) and normalizer > 0
+        ok = math.isfinite(normalizer) and normalizer >= 1
     else:
         raise ValueError(f"normalizer must be a number or a 0-dim tensor, got {type(normalizer).__name__}")
     if not ok:
-        raise ValueError(f"normalizer must be a finite count > 0, got {normalizer}")
+        raise ValueError(f"normalizer must be a finite count >= 1 (of tokens or responses), got {normalizer}")
 
 
 def aggregate(
@@ -55,10 +56,12 @@ def aggregate(
     seq-mean-token-mean  : sum_i (sum_t m l / L_i) / N,  L_i = sum_t m[i]; N = normalizer or B
 
     With `normalizer` set to the global count, summing `aggregate` over micro-batches gives the full-batch value.
+    `mask` must have per_token's shape and hold bool or 0/1 values; without a normalizer, token-mean needs a token.
     """
     if agg not in AGG_MODES:
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
     check_normalizer(normalizer)
+    _check_mask(per_token, mask, empty_ok=normalizer is not None or agg != "token-mean")
     # counts come from the mask as given (a bool mask sums to an exact integer); no dtype round trips
     if agg == "token-mean":
         n = mask.sum() if normalizer is None else normalizer
@@ -68,6 +71,18 @@ def aggregate(
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
     n = per_token.shape[0] if normalizer is None else normalizer
     return per_seq.sum() / n
+
+
+def _check_mask(per_token: torch.Tensor, mask: torch.Tensor, empty_ok: bool) -> None:
+    """ValueError for a mask `aggregate` would misread: another shape (it would broadcast), values other than 0/1
+    (counted as tokens), or no token where the count is its divisor (0 / 0)."""
+    if per_token.dim() != 2 or mask.shape != per_token.shape:
+        raise ValueError(f"per_token must be (B, T) and mask of its shape, got {tuple(per_token.shape)} and "
+                         f"{tuple(mask.shape)}")  # fmt: skip
+    if mask.dtype != torch.bool and (mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all())):
+        raise ValueError("mask must be bool or contain only 0 and 1")
+    if not empty_ok and not bool(mask.any()):
+        raise ValueError("mask selects no token: token-mean has nothing to average (pass a normalizer)")
 
 
 def aggregate_rows(

@@ -51,7 +51,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
-from rpgrl.objectives.checks import check_finite, check_tensors
+from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
 
@@ -109,8 +109,8 @@ def rpg_loss(
         gradient outside, also where phi(u) itself overflows). Only where the KL is a separate term (differentiable,
         clip=None or kl_in_clip=False).
       `max_log_w=M`: clamp log w (per unit) to <= M before anything else (zero gradient above).
-    Without guards, an overflowing loss (e.g. unclipped w = exp(5000) at sequence level) raises ValueError instead
-    of returning inf/NaN.
+    Without guards, an overflowing loss (e.g. unclipped w = exp(5000) at sequence level), or a finite loss whose
+    gradient weight w A + C overflows, raises `LossOverflow` (a ValueError) instead of returning inf/NaN.
 
     Aggregation (`agg`, `normalizer` as in `reduce.aggregate`): a sequence-level unit's loss l_i is treated as
     response i's token-sum: token-mean -> sum_i l_i / N_tok; seq-mean-token-sum -> sum_i l_i / B (the paper-exact
@@ -140,9 +140,10 @@ def rpg_loss(
         per_token, kl_unit = _reinforce(logp, r, o), None  # zero at padding
         row_loss = per_token.sum(-1)
     loss = aggregate_rows(row_loss, r.mask, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
-    if not torch.isfinite(loss):
-        raise ValueError(
-            f"rpg_loss overflowed (loss = {loss.item()}, log w per {level} in [{r.log_w.min().item():.6g}, "
+    if not torch.isfinite(loss) or (style == "differentiable" and not _gradient_weight_finite(r, o)):
+        what = f"loss = {loss.item()}" if not torch.isfinite(loss) else "its gradient"
+        raise LossOverflow(
+            f"rpg_loss overflowed ({what}, log w per {level} in [{r.log_w.min().item():.6g}, "
             f"{r.log_w.max().item():.6g}]): a ratio is too extreme to represent; use clip='dual', smaller steps or "
             "max_log_w"
         )
@@ -224,6 +225,23 @@ def _reinforce(logp: torch.Tensor, r: _Ratios, o: RPGOptions) -> torch.Tensor:
     if active is not None:  # clipped rows of Alg. 2: value kept, gradient cut
         lp = torch.where(active, lp, lp.detach())
     return neg_coef * lp
+
+
+def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
+    """Whether the differentiable style's unclipped per-unit gradient weight w A + C (spec 2.1, C = -beta rho u
+    phi'(u)) is finite. The loss being finite does not say so: rkl's u (log u + 1) passes float32's largest number
+    while u log u is still below it. Only unclipped terms are checked: RPG-Style Clip bounds the reward term's weight
+    by max(hi, c) |A| (and the KL analogue inside it with it), `kl_value_clamp` the separate KL term."""
+    reward = o.clip is None
+    kl = o.separate_kl and o.kl_value_clamp is None and o.beta > 0
+    if not (reward or kl):
+        return True
+    with torch.no_grad():
+        weight = torch.exp(r.log_w) * r.adv if reward else torch.zeros_like(r.log_w)
+        if kl:
+            c = dv.u_dphi(o.divergence, r.log_u).mul_(o.beta)
+            weight = weight - (c if r.log_rho is None else c * torch.exp(r.log_rho))
+        return bool(torch.isfinite(weight).all())  # padding: log w = log u = 0 and A = 0 there, finite
 
 
 def _kl_grad_share(divergence, beta, log_w, log_rho, adv, unit_mask) -> torch.Tensor:

@@ -37,7 +37,8 @@ import torch
 
 from rpgrl import metrics as M
 from rpgrl.config import REWARD_LIMIT, Config, config_to_dict
-from rpgrl.errors import Diverged, UsageError
+from rpgrl.errors import Diverged, UsageError, first_line
+from rpgrl.objectives.checks import LossOverflow
 from rpgrl.objectives.reduce import masked_mean
 from rpgrl.trainer.checkpoint import (
     crash_point,
@@ -400,6 +401,8 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
         try:
             out = loss_fn(logp, old, adv[mrows], mb.response_mask, normalizer=normalizer, **loss_opts,
                           **anchor_kwargs(cfg.loss, a_lp, old))  # fmt: skip
+        except LossOverflow as e:  # ratios too extreme for the dtype: the policy moved far from the sampler
+            raise Diverged(f"{first_line(e)} ({DIVERGED_HINT})") from None
         except ValueError:  # the losses refuse non-finite inputs; NaN log-probs: weights an earlier step sent too far
             if not bool((logp.isfinite() | ~mb.response_mask.bool()).all()):
                 raise Diverged(f"the policy's log-probs are not finite (NaN or inf) after an optimizer step: its "

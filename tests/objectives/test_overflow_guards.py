@@ -1,0 +1,198 @@
+"""No finite loss with an inf or NaN gradient, at the edges of the float range, and the helpers' input checks.
+
+Each guard is tested on the case that broke it (checked independently here: the loss's value fits the dtype, its
+gradient does not) and on sweeps across the overflow boundary, where every call must either raise `LossOverflow`
+or give a finite gradient."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rpgrl.advantages import ADVANTAGES, whiten
+from rpgrl.objectives import LossOverflow, aggregate, anchored_kl_term, grpo_kl_term, kl_penalty, ppo_loss, rpg_loss
+
+F32_MAX = torch.finfo(torch.float32).max
+
+
+def _one(x: float, dtype=torch.float32, grad: bool = False) -> torch.Tensor:
+    return torch.tensor([[x]], dtype=dtype, requires_grad=grad)
+
+
+def _finite_or_overflow(call) -> torch.Tensor | None:
+    """The gradient of `call(logp)`'s loss w.r.t. logp, or None if it raised LossOverflow."""
+    lp = _one(-1.0, grad=True)
+    try:
+        call(lp).loss.backward()
+    except LossOverflow:
+        return None
+    return lp.grad
+
+
+def test_rkl_gradient_weight_that_overflows_under_a_finite_loss_raises():
+    """rkl, differentiable, unclipped: the unit loss u log u fits float32 at log u = 84.277, its gradient weight
+    u (log u + 1) does not (float64 reference), so autograd's gradient was +inf under a finite loss."""
+    log_u = 84.277
+    assert math.exp(log_u) * log_u < F32_MAX < math.exp(log_u) * (log_u + 1)
+    lp = _one(-1.0, grad=True)
+    with pytest.raises(LossOverflow, match="rpg_loss overflowed.*its gradient"):
+        rpg_loss(lp, _one(-1.0 - log_u), torch.tensor([0.0]), torch.ones(1, 1), divergence="rkl",
+                 style="differentiable", beta=1.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("clip", [None, "dual"])
+def test_rpg_differentiable_never_gives_a_finite_loss_with_a_non_finite_gradient(divergence, clip):
+    kw = dict(divergence=divergence, style="differentiable", beta=1.0, clip=clip, kl_in_clip=False)
+    raised = 0
+    for log_w in torch.linspace(-120.0, 120.0, 961).tolist():
+        g = _finite_or_overflow(
+            lambda lp, log_w=log_w: rpg_loss(lp, _one(-1.0 - log_w), torch.tensor([1.0]), torch.ones(1, 1), **kw)
+        )
+        raised += g is None
+        assert g is None or bool(torch.isfinite(g).all()), (log_w, g)
+    assert raised > 0 or (clip, divergence) == ("dual", "fkl")  # the sweep reaches the overflow (fkl's -log u: none)
+
+
+def test_corrected_k3_whose_backward_overflows_under_a_finite_loss_raises():
+    """w k3(pi_ref/pi_theta) at log w = 88.5, log(pi_ref/pi_theta) = 0.5: the value 4.05e37 and the gradient
+    -w (log r) = -1.4e38 fit float32, but backward reaches them through w pi_ref/pi_theta = e^89 (inf)."""
+    assert math.exp(88.5) * (math.exp(0.5) - 1.5) < F32_MAX and math.exp(88.5) * 0.5 < F32_MAX < math.exp(89.0)
+    lp = _one(-1.0, grad=True)
+    with pytest.raises(LossOverflow, match="corrected KL term"):
+        ppo_loss(lp, _one(-89.5), torch.tensor([0.0]), torch.ones(1, 1), kl="k3_corrected", beta=1.0,
+                 ref_logp=_one(-0.5))  # fmt: skip
+
+
+@pytest.mark.parametrize("kl", ["k1", "k3", "k3_corrected"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ppo_kl_terms_never_give_a_finite_loss_with_a_non_finite_gradient(kl, dtype):
+    for log_w in torch.linspace(-800.0, 800.0, 161, dtype=torch.float64).tolist():
+        for x in (-100.0, -0.5, 0.0, 0.5, 80.0, 88.5, 100.0, 700.0, 709.5):
+            lp = _one(-1.0, dtype, grad=True)
+            try:
+                out = ppo_loss(lp, _one(-1.0 - log_w, dtype), torch.tensor([0.0], dtype=dtype), torch.ones(1, 1),
+                               kl=kl, beta=1.0, ref_logp=_one(-1.0 + x, dtype))  # fmt: skip
+            except ValueError:
+                continue
+            out.loss.backward()
+            assert bool(torch.isfinite(lp.grad).all()), (log_w, x, out.loss.item(), lp.grad)
+
+
+def test_a_normalizer_below_one_is_refused():
+    """At 1e-39 a loss of 0 came with gradients of +-inf (1 / 1e-39 overflows float32)."""
+    lp = torch.zeros(1, 2, requires_grad=True)
+    for fn in (ppo_loss, lambda *a, **k: rpg_loss(*a, divergence="rkl", style="reinforce", beta=0.0, **k)):
+        with pytest.raises(ValueError, match="normalizer must be a finite count >= 1"):
+            fn(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), normalizer=1e-39)
+    assert aggregate(torch.ones(2, 3), torch.ones(2, 3), normalizer=1) == 6.0
+
+
+@pytest.mark.parametrize("bad", [{"eps_high": "a"}, {"eps_low": None}, {"beta": "x"}, {"eps_low": True}])
+def test_ppo_option_types_are_named(bad):
+    with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a number"):
+        ppo_loss(_one(-1.0), _one(-1.0), torch.tensor([0.0]), torch.ones(1, 1), **bad)
+
+
+# --------------------------------------------------------------------------------------------- KL helper functions
+
+
+@pytest.mark.parametrize("pad", [-math.inf, -1e4])
+@pytest.mark.parametrize(
+    "term",
+    [
+        lambda lp, ref, m: kl_penalty(lp, ref, "low_var_kl", value_clamp=10.0, mask=m),
+        lambda lp, ref, m: kl_penalty(lp, ref, "k3", mask=m),
+        lambda lp, ref, m: kl_penalty(lp, ref, "k2", mask=m),
+        lambda lp, ref, m: grpo_kl_term(lp, ref, ref, corrected=True, mask=m),
+        lambda lp, ref, m: anchored_kl_term(lp, ref, ref, direction="reverse", mask=m),
+        lambda lp, ref, m: anchored_kl_term(lp, ref, ref, direction="forward", mask=m),
+    ],
+)
+def test_kl_helpers_with_a_mask_keep_padding_out_of_value_and_gradient(term, pad):
+    lp = torch.tensor([[-1.0, pad]], requires_grad=True)
+    ref = torch.tensor([[-1.2, -1.0]])
+    mask = torch.tensor([[1.0, 0.0]])
+    out = term(lp, ref, mask)
+    assert out[0, 1] == 0
+    out.sum().backward()
+    assert bool(torch.isfinite(lp.grad).all()) and lp.grad[0, 1] == 0
+    # the valid position: the same value and gradient as without padding
+    lp1 = torch.tensor([[-1.0]], requires_grad=True)
+    one = term(lp1, ref[:, :1], None)
+    one.sum().backward()
+    assert torch.equal(out[:, :1].detach(), one.detach()) and torch.equal(lp.grad[:, :1], lp1.grad)
+
+
+def test_corrected_kl_is_zero_where_k3_is_zero_even_if_w_overflows():
+    """w = e^89 is inf in float32, k3(1) = 0: the term is 0 with gradient w (logp - ref) = 0 (was NaN)."""
+    lp = torch.tensor([[-1.0]], requires_grad=True)
+    out = grpo_kl_term(lp, lp.detach(), lp.detach() - 89.0, corrected=True)
+    out.sum().backward()
+    assert out.item() == 0 and lp.grad.item() == 0
+    nonzero = grpo_kl_term(lp.detach(), lp.detach() - 0.5, lp.detach() - 1.0, corrected=True)
+    assert nonzero.item() == pytest.approx(math.e * (math.exp(-0.5) - 0.5), rel=1e-6)  # w = e, k3 at log r = -0.5
+
+
+@pytest.mark.parametrize("clamp", [-1.0, 0.0, math.nan, math.inf, "10", True])
+@pytest.mark.parametrize("key", ["value_clamp", "log_ratio_clamp"])
+def test_kl_penalty_refuses_clamps_that_are_not_positive_numbers(key, clamp):
+    with pytest.raises(ValueError, match=f"{key} must be a finite number > 0"):
+        kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), "k3", **{key: clamp})
+
+
+@pytest.mark.parametrize(
+    "mask,agg,match",
+    [
+        (torch.ones(3), "token-mean", "mask of its shape"),
+        (torch.ones(2, 4), "token-mean", "mask of its shape"),
+        (torch.full((2, 3), 0.5), "token-mean", "only 0 and 1"),
+        (torch.zeros(2, 3), "token-mean", "selects no token"),
+    ],
+)
+def test_aggregate_checks_its_mask(mask, agg, match):
+    with pytest.raises(ValueError, match=match):
+        aggregate(torch.ones(2, 3), mask, agg)
+
+
+def test_aggregate_of_an_empty_mask_is_zero_where_something_else_divides():
+    assert aggregate(torch.ones(2, 3), torch.zeros(2, 3), "seq-mean-token-sum") == 0
+    assert aggregate(torch.ones(2, 3), torch.zeros(2, 3), "token-mean", normalizer=4) == 0
+
+
+# ------------------------------------------------------------------------------------------------------ advantages
+
+
+def test_group_statistics_of_large_float32_rewards_are_taken_in_float64():
+    """Rewards +-1e20: their variance 2e40 overflows float32 (std inf: every GRPO advantage was 0)."""
+    rewards = torch.tensor([1e20, -1e20, 1.0, 0.0])
+    group = torch.tensor([0, 0, 1, 1])
+    r64 = rewards.double()
+    mean = torch.tensor([0.0, 0.0, 0.5, 0.5], dtype=torch.float64)
+    std = torch.stack([r64[:2].std(), r64[:2].std(), r64[2:].std(), r64[2:].std()])
+    want = ((r64 - mean) / (std + 1e-6)).float()
+    got = ADVANTAGES.get("grpo")(rewards, group, torch.ones(4, 3))
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    for name in ADVANTAGES.names():
+        adv = ADVANTAGES.get(name)(torch.tensor([3e38, 3e38, 1.0, 0.0]), group, torch.ones(4, 3))
+        assert bool(torch.isfinite(adv).all()), name
+
+
+def test_advantages_beyond_the_dtype_raise():
+    with pytest.raises(ValueError, match="beyond torch.float32's range"):
+        ADVANTAGES.get("rloo")(torch.tensor([3.4e38, -3.4e38]), torch.tensor([0, 0]), torch.ones(2, 1))
+
+
+@pytest.mark.parametrize(
+    "values,mask,match",
+    [
+        (torch.tensor([[math.nan, 1.0]]), torch.ones(1, 2), "not finite at \\(0, 0\\)"),
+        (torch.ones(2, 3), torch.ones(3), "mask of its shape"),
+        (torch.ones(2, 3), torch.full((2, 3), 0.5), "only 0 and 1"),
+    ],
+)
+def test_whiten_checks_its_inputs(values, mask, match):
+    with pytest.raises(ValueError, match=match):
+        whiten(values, mask)
