@@ -138,6 +138,10 @@ def test_derived_values_are_properties():
         ([("ref.mode", "fixed"), ("ref.ema", "0.5")], "ref.ema applies to ref.mode adaptive only (ref.mode is fixed)"),
         ([("data.prompt_key", "question")], "data.prompt_key applies to file datasets only (the synthetic task"),
         ([("data.answer_key", "solution")], "data.answer_key applies to file datasets only"),
+        # an empty path is the current directory to pathlib ("`.` is not a file"): refused by name
+        ([("data.train", "")], "data.train is empty"),
+        ([("data.train", "t.jsonl"), ("data.val", "")], "data.val is empty"),
+        ([("model.path", " ")], "model.path is empty"),
         # sizes the synthetic task cannot give, and floats a float32 tensor cannot hold
         ([("data.num_train", "324001")], "data.num_train must be <= 324000"),
         ([("data.num_val", "40501")], "data.num_val must be <= 40500"),

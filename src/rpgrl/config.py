@@ -517,6 +517,8 @@ def _check_counts(cfg: Config) -> None:
     _need(m.path is not None, "model.path", "is not set: pass --model.path DIR (a Hugging Face causal-LM folder)")
     _need(d.train is not None, "data.train", "is not set: pass --data.train FILE (JSONL or parquet with prompts "
           f"and answers in columns {d.prompt_key!r}/{d.answer_key!r})")  # fmt: skip
+    for key, v in (("model.path", m.path), ("data.train", d.train), ("data.val", d.val)):  # "" is "." to pathlib
+        _need(v is None or v.strip() != "", key, f"is empty (got {v!r}): pass a path, or leave the option out")
     for key, v in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
                    ("model.num_heads", m.num_heads), ("model.num_kv_heads", m.num_kv_heads),
                    ("model.intermediate_size", m.intermediate_size), ("data.num_train", d.num_train),
