@@ -440,3 +440,15 @@ def test_a_loss_that_overflows_mid_run_is_a_diverged_run(capsys, tmp_path, monke
     assert "rpg_loss overflowed (its gradient" in err and "lower optim.lr" in err, err
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
     assert (out / "checkpoints" / "step-000001").is_dir()
+
+
+def test_an_unknown_option_without_a_value_is_named_unknown(capsys, tmp_path):
+    """`--foo` alone (last, or before another option) is an unknown option, as `--foo 1` is, not one missing its
+    value; a known option without one still says it needs a value."""
+    out = tmp_path / "run"
+    for argv in (["--foo"], ["--foo", "--max-steps", "1"], ["--foo="]):
+        err = _fail(capsys, ["--out", str(out), *argv])
+        assert "unknown option --foo; config keys look like --section.field" in err, err
+    assert "--out needs a value" in _fail(capsys, ["--out"])
+    assert "--seed needs a value" in _fail(capsys, ["--seed", "--out", str(out)])
+    assert not out.exists()

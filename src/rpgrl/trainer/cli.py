@@ -55,6 +55,8 @@ def parse_args(argv: list[str]) -> Args:
             args.preset = tok
             continue
         key, eq, value = tok[2:].partition("=")
+        if key != "out" and key not in SHORTCUTS and "." not in key:  # before its value: `--foo` alone is unknown
+            raise UsageError(f"unknown option --{key}; config keys look like --section.field (see rpgrl train --help)")
         if not eq:
             if i >= len(argv) or argv[i].startswith("--"):  # values never start with "--"; "-1" is a value
                 raise UsageError(f"--{key} needs a value")
@@ -62,12 +64,8 @@ def parse_args(argv: list[str]) -> Args:
             i += 1
         if key == "out":
             args.out = value
-        elif key in SHORTCUTS:
-            args.overrides.append((SHORTCUTS[key], value))
-        elif "." in key:
-            args.overrides.append((key, value))
         else:
-            raise UsageError(f"unknown option --{key}; config keys look like --section.field (see rpgrl train --help)")
+            args.overrides.append((SHORTCUTS.get(key, key), value))
     return args
 
 
