@@ -12,7 +12,7 @@ from rpgrl.presets import DEFAULT, get_preset
 from rpgrl.reproduce import cli as reproduce_cli
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Arm, Claim, Comparison, base_config, family, then
 from rpgrl.reproduce.report import config_changes
-from rpgrl.reproduce.runner import config_key, summarize_run
+from rpgrl.reproduce.runner import Job, config_key, run_dir, summarize_run
 from rpgrl.reproduce.stats import paired_difference
 
 
@@ -170,10 +170,10 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
         assert err.count("\n") == 0 and needle in err
     assert not (tmp_path / "o").exists()
     # --no-run on a directory with no cached run (a mistyped --out) keeps an existing report as it is
-    (tmp_path / "kept.md").write_text("# a report\n")
+    (tmp_path / "kept.md").write_text(f"{reproduce_cli.REPORT_TITLE}\n")
     assert rpgrl_main(["reproduce", "all", "--no-run", "--out", o, "--report", str(tmp_path / "kept.md")]) == 2
     assert "no finished run of these claims is cached under" in capsys.readouterr().err
-    assert (tmp_path / "kept.md").read_text() == "# a report\n" and not (tmp_path / "o").exists()
+    assert (tmp_path / "kept.md").read_text() == f"{reproduce_cli.REPORT_TITLE}\n" and not (tmp_path / "o").exists()
     assert rpgrl_main(["reproduce", "methods", "--no-run", "--seeds", str(10**11)]) == 2
     assert "--seeds must be <= 1000" in capsys.readouterr().err
     # a training run's directory is not a suite's: refused before anything is written in it
@@ -184,3 +184,58 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "it holds a config.json (a training run or a model folder)" in err, err
     assert [q.name for q in run.iterdir()] == ["config.json"]
+
+
+def _cached_suite(out, claim, seeds):
+    """A record for every arm of `claim` at `seeds`, where `rpgrl reproduce --quick` finds its runs (none is run)."""
+    base, warm = base_config(QUICK), reproduce_cli.warm_start_config(QUICK)
+    for seed in seeds:
+        for arm in CLAIMS[claim].arms:
+            d = run_dir(out, Job(arm.config(base), seed, config_key(warm, seed)))
+            d.mkdir(parents=True)
+            curves = {"reward": [0.1, 0.3], "entropy": [1.2, 1.0], "length": [9.0, 8.0]}
+            record = {**summarize_run(d), "start": 0.4, "final": 0.5, "best": 0.5, "curves": curves, "seed": seed,
+                      "wall_seconds": 1.0}  # fmt: skip
+            (d / "record.json").write_text(json.dumps(record))
+
+
+def _refused(capsys, argv, needle):
+    capsys.readouterr()
+    assert rpgrl_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and needle in err, err
+
+
+def test_report_overwrites_only_an_earlier_report_and_its_plots(capsys, tmp_path):
+    """--report on a file that is not an earlier report (a training run's metrics.jsonl) is refused with one line and
+    nothing written (it was replaced by the report, with a metrics/ folder of plots beside it); an earlier report is
+    rewritten. The plots' folder, named after the report, may not be a file nor hold plots without a report."""
+    suite = tmp_path / "suite"
+    _cached_suite(suite, "clip-range", [0])
+    argv = ["reproduce", "clip-range", "--quick", "--seeds", "1", "--out", str(suite), "--no-run", "--report"]
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    _refused(capsys, [*argv, str(run / "metrics.jsonl")], "it exists and is not a report written by `rpgrl reproduce`")
+    assert [p.name for p in run.iterdir()] == ["metrics.jsonl"]
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
+
+    report = tmp_path / "docs" / "results.md"
+    for _ in range(2):  # a new report, then the same one again: rewritten
+        assert rpgrl_main([*argv, str(report)]) == 0
+        assert report.read_text().startswith(reproduce_cli.REPORT_TITLE + "\n")
+        assert (tmp_path / "docs" / "results" / "clip-range.png").stat().st_size > 1000
+
+    (tmp_path / "a").write_text("not a folder")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "clip-range.png").write_bytes(b"someone else's plot")
+    for name, needle in [("a.md", f"its plot folder {tmp_path / 'a'}: it is a file, not a directory"),
+                         ("b.md", "already holds clip-range.png, and no earlier report is beside it"),
+                         ("c", "it has no suffix, so its plot folder would be the file itself")]:  # fmt: skip
+        _refused(capsys, [*argv, str(tmp_path / name)], needle)
+        assert not (tmp_path / name).exists()
+    _refused(capsys, [*argv, str(suite / "results.json")], "it is the suite's results.json")
+    assert json.loads((suite / "results.json").read_text())["claims"]["clip-range"]["complete"]
+    assert (tmp_path / "a").read_text() == "not a folder"
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["clip-range.png"]
+    assert (tmp_path / "b" / "clip-range.png").read_bytes() == b"someone else's plot"

@@ -1,8 +1,9 @@
 """`rpgrl reproduce CLAIM... [--seeds N] [--quick] [--out DIR] [--report FILE] [--jobs J] [--no-run]`.
 
 Runs what is missing of the named claims (or `all`), then writes DIR/results.json and the Markdown report with one
-PNG per claim beside it (FILE's folder, in a subfolder named after FILE). The committed `docs/results.md` is
-`rpgrl reproduce all --report docs/results.md` on the full scale.
+PNG per claim beside it (FILE's folder, in a subfolder named after FILE). An existing FILE is rewritten only when it
+is an earlier report (its first line is REPORT_TITLE), and a plot only beside one. The committed `docs/results.md`
+is `rpgrl reproduce all --report docs/results.md` on the full scale.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
 
 MAX_SEEDS = 1000
+REPORT_TITLE = "# The paper's claims at small scale (`rpgrl reproduce`)"
+"""the report's first line: how `--report` tells an earlier report, which it may rewrite, from any other file"""
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -29,7 +32,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per arm (default 5; --quick: 2)")
     ap.add_argument("--quick", action="store_true", help=f"a few steps per run ({QUICK.steps}), for a smoke test")
     ap.add_argument("--out", type=Path, default=None, help="suite directory, the run cache (default runs/reproduce)")
-    ap.add_argument("--report", type=Path, default=None, help="Markdown report (default OUT/results.md)")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="Markdown report, new or an earlier one (default OUT/results.md)")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")
     ap.add_argument("--no-run", action="store_true", help="only regenerate the report from the runs cached so far")
     a = ap.parse_args(argv)
@@ -54,7 +58,50 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if (a.out / "config.json").is_file():  # what `rpgrl train` writes first; a suite directory never holds one
         raise UsageError(f"--out {a.out}: it holds a config.json (a training run or a model folder), not a "
                          "reproduction suite: pass another folder")  # fmt: skip
+    problem = report_problem(a.report, a.out, a.claims)
+    if problem is not None:
+        raise UsageError(f"--report {a.report}: {problem}")
     return a
+
+
+def plot_dir(report: Path) -> Path:
+    """The folder of the report's plots: beside it, named after its stem (docs/results.md -> docs/results/)."""
+    return report.parent / report.stem
+
+
+def report_problem(report: Path, out: Path, claims: list[str]) -> str | None:
+    """Why writing `report` and its plots of `claims` would overwrite a file `rpgrl reproduce` did not write (or
+    cannot work); None if it would not. Reads only."""
+    plots = plot_dir(report)
+    if plots == report:
+        return "it has no suffix, so its plot folder would be the file itself: name it like FILE.md"
+    if report.resolve() == (out / "results.json").resolve():
+        return "it is the suite's results.json, written in the same run: pass another file"
+    problem = dir_problem(plots)
+    if problem is not None:
+        return f"its plot folder {plots}: {problem}"
+    if report.exists() or report.is_symlink():
+        if not report.is_file():
+            return "it is not a regular file"
+        if not is_report(report):
+            return ("it exists and is not a report written by `rpgrl reproduce` (its first line is not the report's "
+                    "title): pass another file, or remove it")  # fmt: skip
+        return None  # an earlier report: it and the plots beside it are rewritten
+    taken = [p.name for p in (plots / f"{c}.png" for c in claims) if p.exists() or p.is_symlink()]
+    if taken:
+        return (f"its plot folder {plots} already holds {', '.join(taken)}, and no earlier report is beside it: "
+                "pass another file")  # fmt: skip
+    return None
+
+
+def is_report(path: Path) -> bool:
+    """Whether `path` begins with the report's title line (written by `write_report`); False if unreadable."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(len(REPORT_TITLE.encode()) + 2)
+    except OSError:
+        return False
+    return first.rstrip(b"\r\n") == REPORT_TITLE.encode()
 
 
 def main(argv: list[str]) -> int:
@@ -107,10 +154,10 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
 
 
 def write_report(results: dict, report: Path, n_seeds: int) -> None:
-    plot_dir = report.parent / report.stem
+    plots = plot_dir(report)
     h = results["header"]
     lines = [
-        "# The paper's claims at small scale (`rpgrl reproduce`)",
+        REPORT_TITLE,
         "",
         "Generated by `rpgrl reproduce` from the runs' records (do not edit by hand). "
         f"Commit {_commits(h['commits'])}, {h['hardware']}, Python {h['python']}, "
@@ -133,8 +180,8 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
               for r in results["claims"].values()]  # fmt: skip
     lines.append("")
     for r in results["claims"].values():
-        lines.append(claim_markdown(r, plot_dir.name, n_seeds))
-        plot_claim(r, plot_dir / f"{r['name']}.png")
+        lines.append(claim_markdown(r, plots.name, n_seeds))
+        plot_claim(r, plots / f"{r['name']}.png")
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines))
 
