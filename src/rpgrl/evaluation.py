@@ -288,6 +288,7 @@ def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
 
 
 def _check_names(benches: list[Benchmark]) -> list[Benchmark]:
+    """UsageError when two benchmarks share a name (their metrics would share keys); else `benches`."""
     names = [b.name for b in benches]
     if len(set(names)) != len(names):
         raise UsageError(f"two benchmark files share a name: {names}")

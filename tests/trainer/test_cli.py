@@ -136,18 +136,23 @@ def test_parse_args_forms():
         parse_args(["-x"])
 
 
-def test_resume_without_checkpoints_refuses_and_changes_nothing(capsys, finished_run, tmp_path):
+def test_a_run_that_stopped_before_its_first_checkpoint_is_started_over_by_resume(capsys, finished_run, tmp_path):
+    """No checkpoint yet (killed in the warm start, a crash in the first steps): a plain run refuses the directory
+    and names --resume, which starts the run over in it: the same rows as the run that finished, each once."""
     import shutil
 
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     shutil.rmtree(out / "checkpoints")
     before = _snapshot(out)
-    err = _fail(capsys, ["--out", str(out), "--resume", "--max-steps", "3"])
-    assert "has no checkpoint to continue from" in err and "another --out" in err
-    err = _fail(capsys, ["--out", str(out), "--max-steps", "3", *TINY_ARGS])  # a plain re-run: no dead end
-    assert "is not empty and has no checkpoint to resume from: choose another --out" in err
+    err = _fail(capsys, ["--out", str(out), "--max-steps", "3", *TINY_ARGS])
+    assert "stopped before its first checkpoint: pass --resume to start it over" in err
     assert _snapshot(out) == before
+    assert rpgrl_main(["train", "--out", str(out), "--resume"]) == 0
+    assert "has no checkpoint yet (the run stopped before its first one): starting it over" in capsys.readouterr().out
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]  # noqa: E731
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        assert strip(read_metrics(out / name)) == strip(read_metrics(finished_run / name)), name
 
 
 def test_resume_to_a_larger_total_falls_back_past_a_corrupt_newest_checkpoint(capsys, finished_run, tmp_path):
@@ -408,6 +413,17 @@ def test_benchmarks_the_tokenizer_cannot_spell_are_refused_before_the_run_direct
     out = tmp_path / "run"
     err = _fail(capsys, [*TINY_ARGS, "--eval.benchmarks", bench, "--out", str(out)])
     assert "cannot encode the prompt" in err
+    assert not out.exists()
+
+
+def test_benchmarks_sharing_a_name_are_refused_before_the_run_directory(capsys, tmp_path):
+    """Two files with one name (their metrics would share keys): refused at setup (was after config.json)."""
+    (tmp_path / "a").mkdir()
+    one = _jsonl(tmp_path / "bench.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    two = _jsonl(tmp_path / "a" / "bench.jsonl", [{"prompt": "2+2=", "answer": "4"}])
+    out = tmp_path / "run"
+    err = _fail(capsys, [*TINY_ARGS, "--eval.benchmarks", f"{one},{two}", "--out", str(out)])
+    assert "two benchmark files share a name" in err
     assert not out.exists()
 
 

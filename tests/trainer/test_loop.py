@@ -274,11 +274,11 @@ def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, s
     calls = _count_logprob_passes(monkeypatch)
     loop.train(cfg, tmp_path / "reuse")
     micro = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // cfg.train.micro_batch_size)  # ceil
-    assert calls == {True: 2 * micro, False: 0}
+    assert calls == {True: 2 * micro, False: 1}  # the no-grad pass: the final checkpoint's finite-policy probe
 
     monkeypatch.setattr(loop, "on_policy", lambda cfg, n: False)  # the general path: a separate old-logp pass
     loop.train(apply_overrides(cfg, [("train.old_logp", "forward")]), tmp_path / "recompute")
-    assert calls == {True: 4 * micro, False: 2 * micro}
+    assert calls == {True: 4 * micro, False: 2 * micro + 2}
 
     reuse = _strip_perf(read_metrics(tmp_path / "reuse" / "metrics.jsonl"))
     recompute = _strip_perf(read_metrics(tmp_path / "recompute" / "metrics.jsonl"))
@@ -367,7 +367,8 @@ def test_off_policy_old_logp_from_the_sampler_equals_a_forward_pass(tmp_path, mo
         loop.train(cfg, tmp_path / source)
         runs[source] = (dict(calls), _strip_perf(read_metrics(tmp_path / source / "metrics.jsonl")))
     (c_s, rows_s), (c_f, rows_f) = runs["sampler"], runs["forward"]
-    assert c_s[False] == 0 and c_f[False] > 0 and c_s[True] == c_f[True]  # no old-logp pass with the sampler's
+    # no old-logp pass with the sampler's: the one no-grad pass is the final checkpoint's finite-policy probe
+    assert c_s[False] == 1 and c_f[False] > 1 and c_s[True] == c_f[True]
     assert [r.keys() for r in rows_s] == [r.keys() for r in rows_f]
     for a, b in zip(rows_s, rows_f, strict=True):
         for k in a:
@@ -472,3 +473,130 @@ def test_train_forward_reaches_every_training_forward(monkeypatch, tmp_path, for
     summary = loop.train(cfg, tmp_path / "run")
     assert summary["sft"]["steps"] == 2 and summary["steps"] == 3
     assert sorted(set(grad_modes)) == ([False, True] if packed else [])
+
+
+def test_signal_during_the_warm_start_stops_at_once_and_resume_starts_over(tmp_path, monkeypatch):
+    """A SIGTERM in the warm start stops before its next step (a scheduler's grace period is short) with nothing
+    saved; --resume starts the run over and gives the run that was never stopped."""
+    import signal
+
+    import rpgrl.trainer.sft as sft
+    from rpgrl.trainer.rundir import Interrupted, StopSignals
+
+    cfg = tiny(("sft.max_steps", "4"), ("sft.eval_every", "2"), ("sft.batch_size", "8"), ("train.max_steps", "2"))
+    straight = loop.train(cfg, tmp_path / "straight")
+    stop, real, steps = StopSignals(), sft._sft_step, []
+
+    def signalled_step(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 2:
+            stop.received = signal.SIGTERM
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sft, "_sft_step", signalled_step)
+    out = tmp_path / "run"
+    with pytest.raises(Interrupted, match="in the warm start, before the first checkpoint; start the run over") as e:
+        loop.train(cfg, out, stop=stop)
+    assert len(steps) == 2 and e.value.exit_code == 128 + signal.SIGTERM
+    assert not (out / "checkpoints").exists() and (out / "config.json").is_file()
+    monkeypatch.setattr(sft, "_sft_step", real)
+    summary = loop.train(cfg, out, resume=True)
+    assert summary["sft"]["steps"] == straight["sft"]["steps"]
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        assert _strip_perf(read_metrics(out / name)) == _strip_perf(read_metrics(tmp_path / "straight" / name))
+
+
+def test_weights_that_no_longer_give_finite_logits_are_never_checkpointed(tmp_path, monkeypatch):
+    """An update that sends the weights so far that every forward overflows (finite weights, here scaled by 1e30)
+    ends the run as diverged without saving them, so --resume continues from the last sound checkpoint."""
+    from rpgrl.errors import Diverged
+
+    real = loop.training_step
+
+    def blowing_up(run, step):
+        row = real(run, step)
+        if step == 2:
+            with torch.no_grad():
+                for p in run.model.parameters():
+                    p.mul_(1e30)
+        return row
+
+    monkeypatch.setattr(loop, "training_step", blowing_up)
+    cfg = tiny(("train.max_steps", "3"), ("train.checkpoint_every", "1"))
+    with pytest.raises(Diverged, match="after step 2 the policy's logits are not finite"):
+        loop.train(cfg, tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")) == ["step-000001"]
+    monkeypatch.setattr(loop, "training_step", real)
+    assert loop.train(cfg, tmp_path / "run", resume=True)["steps"] == 3
+
+
+def test_a_second_process_on_a_run_directory_in_use_is_refused(tmp_path):
+    """Two processes on one run directory would interleave (and, resuming, replace) each other's metrics."""
+    import subprocess
+    import sys
+
+    from rpgrl.errors import UsageError
+    from rpgrl.trainer.rundir import RunLock
+
+    out = tmp_path / "run"
+    holder = "import fcntl, os, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); " \
+             "f.write(f'{os.getpid()}\\n'); f.flush(); print('locked', flush=True); time.sleep(60)"  # fmt: skip
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", holder, str(out / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(
+            UsageError, match=f"run directory {out} is in use by another rpgrl process \\(PID {proc.pid}"
+        ):
+            loop.train(tiny(("train.max_steps", "1")), out)
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written
+    finally:
+        proc.kill()
+        proc.wait()
+    with RunLock(out):  # released when its holder ended, however it ended
+        pass
+
+
+@pytest.mark.parametrize(
+    "line,match",
+    [('[1]', "line 2 is not a metrics row"), ('{"step": "x"}', "line 2 is not a metrics row"),
+     (b"\xff\xfe", "is not UTF-8 text")],
+)  # fmt: skip
+def test_a_resume_refuses_a_metrics_file_it_cannot_read_before_changing_anything(tmp_path, line, match):
+    from rpgrl.errors import UsageError
+
+    cfg = tiny(("train.max_steps", "2"), ("train.checkpoint_every", "1"))
+    out = tmp_path / "run"
+    loop.train(cfg, out)
+    rows = (out / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    bad = line if isinstance(line, bytes) else line.encode()
+    (out / "metrics.jsonl").write_bytes(rows[0] + bad + b"\n" + rows[1])
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(UsageError, match=match):
+        loop.train(tiny(("train.max_steps", "3"), ("train.checkpoint_every", "1")), out, resume=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_older_ones(tmp_path, monkeypatch):
+    """A full disk while writing a checkpoint: one line (UsageError), the write's leftovers removed, the older
+    checkpoints kept, so --resume continues once there is room."""
+    import errno
+
+    import rpgrl.trainer.checkpoint as ckpt
+    from rpgrl.errors import UsageError
+
+    real = torch.save
+
+    def full_disk(obj, path, *args, **kwargs):
+        if "step-000002" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    cfg = tiny(("train.max_steps", "3"), ("train.checkpoint_every", "1"))
+    with pytest.raises(UsageError, match="cannot write the checkpoint of step 2 .*No space left on device"):
+        loop.train(cfg, tmp_path / "run")
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["latest", "step-000001"]
+    monkeypatch.setattr(ckpt.torch, "save", real)
+    assert loop.train(cfg, tmp_path / "run", resume=True)["steps"] == 3

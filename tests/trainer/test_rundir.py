@@ -20,7 +20,7 @@ def test_first_signal_is_a_request_second_is_not_caught(capfd):
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # second signal: Python's own handler again
     assert signal.getsignal(signal.SIGINT) is before
-    assert "SIGTERM: stopping after this step's checkpoint" in capfd.readouterr().err
+    assert "SIGTERM: stopping at the end of this step" in capfd.readouterr().err
 
 
 def test_signal_before_the_first_step_saves_and_stops(tmp_path):

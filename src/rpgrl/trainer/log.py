@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from rpgrl import metrics as M
+from rpgrl.errors import UsageError
 from rpgrl.metrics import CLIP_KEYS
 from rpgrl.trainer.checkpoint import write_text_atomic
 
@@ -121,6 +122,30 @@ def read_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def check_metrics_file(path: Path) -> None:
+    """UsageError naming the file and line when a metrics file holds a row `truncate_metrics` cannot read: not UTF-8,
+    not a JSON object, or a `step` that is not an integer. A torn last line (a kill mid-write) is allowed."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text (byte {e.start}): restore it from a copy, or remove the "
+                         "broken part, then --resume") from None  # fmt: skip
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # torn by a kill: skipped when read
+                continue
+            row = None
+        step = row.get("step", 0) if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise UsageError(f"{path} line {i + 1} is not a metrics row (a JSON object with an integer step): "
+                             f"{line[:60]!r}; fix or remove that line, then --resume")  # fmt: skip
 
 
 def truncate_metrics(path: Path, step: int, keep: Callable[[dict], bool] | None = None) -> None:

@@ -62,7 +62,7 @@ from rpgrl.trainer.log import (
     truncate_metrics,
 )
 from rpgrl.trainer.reference import Anchor, anchor_kl
-from rpgrl.trainer.rundir import Interrupted, StopSignals
+from rpgrl.trainer.rundir import Interrupted, RunLock, StopSignals
 from rpgrl.trainer.setup import (  # noqa: F401 - re-exported: loop.build_model etc. are used by name
     PromptStream,
     Run,
@@ -103,19 +103,25 @@ def train(
     """
     t_begin = time.perf_counter()
     run = open_run(cfg, Path(out), resume)  # all input errors surface here, before `out` is touched
-    kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
-    existing = set(run.out.rglob("*")) if kept is not None else set()
-    tracker = prepare_run_dir(run)
-    try:
-        start_rl(run, tracker, stop)
-        step, stopped, rl_time = rl_loop(run, tracker, on_step, stop)
-        return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
-    except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
-        if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
-            tracker.close()
-            _restore_files(run.out, kept)
-            _remove_new(run.out, existing)  # e.g. its TensorBoard events, whose purge step would hide later rows
-        raise
+    with RunLock(run.out):  # one process per run directory
+        kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
+        existing = set(run.out.rglob("*")) if kept is not None else set()
+        tracker = prepare_run_dir(run)
+        try:
+            start_rl(run, tracker, stop)
+            step, stopped, rl_time = rl_loop(run, tracker, on_step, stop)
+            return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
+        except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
+            if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
+                tracker.close()
+                _restore_files(run.out, kept)
+                _remove_new(run.out, existing)  # e.g. its TensorBoard events, whose purge step would hide later rows
+            raise
+        except OSError as e:  # the run directory's disk full or gone: the run stays at its last checkpoint
+            if e.filename is None or run.out.resolve() not in Path(e.filename).resolve().parents:
+                raise
+            raise UsageError(f"cannot write {e.filename}: {e.strerror}; the run is kept at its last checkpoint "
+                             "(make room, then --resume)") from None  # fmt: skip
 
 
 # What usually makes RL diverge, largest suspect first
@@ -146,9 +152,18 @@ def _remove_new(out: Path, existing: set[Path]) -> None:
             p.unlink(missing_ok=True)
 
 
+# What a run writes before its first checkpoint: removed when --resume starts such a run over
+RESTART_REMOVES = ("metrics.jsonl", "eval.jsonl", "summary.json", "wandb_run_id", "tensorboard")
+
+
 def prepare_run_dir(run: Run):
-    """The run directory: resolved config; metrics and evaluations cut back to the checkpoint. Returns the tracker."""
+    """The run directory: resolved config; metrics and evaluations cut back to the checkpoint (or, starting a run
+    over, the files of the attempt that stopped before its first checkpoint removed). Returns the tracker."""
     cfg, out, resumed = run.cfg, run.out, run.checkpoint is not None
+    if run.restart:
+        print0(f"--resume: {out} has no checkpoint yet (the run stopped before its first one): starting it over")
+        for name in RESTART_REMOVES:
+            shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink(missing_ok=True)
     tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), run.start_step if resumed else None)
     out.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
@@ -166,7 +181,13 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
     """Supervised warm start (synthetic task only) and the held-out accuracy RL starts from, checkpointed."""
     cfg = run.cfg
     if run.checkpoint is None and cfg.sft.max_steps > 0:
-        run.state.sft = _warm_start(run.model, run.tokenizer, run.task, cfg)
+        from rpgrl.trainer.sft import WarmStartStopped
+
+        try:
+            run.state.sft = _warm_start(run.model, run.tokenizer, run.task, cfg, stop)
+        except WarmStartStopped:  # nothing to save yet: --resume starts the run over
+            tracker.close()
+            raise Interrupted(stop.received, 0, run.out, saved=False) from None
     if run.anchor is None:
         run.anchor = Anchor(cfg.ref, run.model)  # after the warm start: `fixed` anchors the model RL starts from
     if run.state.start_accuracy is None:
@@ -709,7 +730,7 @@ class _averaged_weights:
             self.opt.train()
 
 
-def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
+def _warm_start(model, tokenizer, task: Task, cfg: Config, stop: StopSignals | None) -> dict[str, Any]:
     from rpgrl.trainer.sft import warm_start
 
     crash_point("warm-start")
@@ -723,6 +744,7 @@ def _warm_start(model, tokenizer, task: Task, cfg: Config) -> dict[str, Any]:
         max_new_tokens=cfg.rollout.max_new_tokens,
         progress=cfg.train.progress,
         forward=cfg.train.forward,
+        stop=None if stop is None else lambda: stop.received is not None,
     )
     info = dataclasses.asdict(stats)
     print0(
@@ -749,22 +771,51 @@ def _export(model, tokenizer, folder: Path, progress: bool) -> None:
 
 
 def _save(run: Run, step: int) -> None:
+    """The checkpoint of `step`, if the policy still computes finite logits (a diverged model is never saved: a
+    resume would only meet it again), else `Diverged`. A write that fails (disk full) leaves the older checkpoints
+    and raises UsageError."""
+    _check_policy_finite(run, step)
+    state = {
+        "step": step,
+        "model": run.model.state_dict(),
+        "optimizer": run.opt.state_dict(),
+        "optimizer_name": run.cfg.optim.name,
+        "anchor": run.anchor.state_dict(),
+        "data": run.stream.state_dict(),
+        "rng": rng_state(run.generator),
+        "trainer": run.state.to_dict(),
+    }
+    try:
+        save_checkpoint(run.out / "checkpoints", step, state, keep=run.cfg.train.keep_checkpoints)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError (its zip writer)
+        if isinstance(e, RuntimeError) and "PytorchStreamWriter" not in str(e) and "inline_container" not in str(e):
+            raise
+        remove_leftovers(run.out / "checkpoints")
+        raise UsageError(f"cannot write the checkpoint of step {step} in {run.out / 'checkpoints'}: "
+                         f"{getattr(e, 'strerror', None) or first_line(e)}; older checkpoints are kept (make room, "
+                         "then --resume)") from None  # fmt: skip
     run.saved = True
-    save_checkpoint(
-        run.out / "checkpoints",
-        step,
-        {
-            "step": step,
-            "model": run.model.state_dict(),
-            "optimizer": run.opt.state_dict(),
-            "optimizer_name": run.cfg.optim.name,
-            "anchor": run.anchor.state_dict(),
-            "data": run.stream.state_dict(),
-            "rng": rng_state(run.generator),
-            "trainer": run.state.to_dict(),
-        },
-        keep=run.cfg.train.keep_checkpoints,
-    )
+
+
+@torch.no_grad()
+def _check_policy_finite(run: Run, step: int) -> None:
+    """Diverged unless the policy still samples and scores with finite logits: two greedy tokens for a training
+    prompt on the sampler's path, and their log-probs on the update's (weights can be finite but so large that a
+    forward overflows, and the paths' roundings differ where; the model's own forward gave 0, not NaN, for weights
+    scaled by 1e30). Greedy, so no RNG stream moves."""
+    from rpgrl.rollout import sample, token_logprobs
+
+    cfg = run.cfg
+    try:
+        r = sample(run.model, run.tokenizer, run.task.train_prompts[:1], n=1, max_new_tokens=2, greedy=True,
+                   decode=cfg.rollout.decode)  # fmt: skip
+        logp, _ = token_logprobs(run.model, r, forward=cfg.train.forward)
+        finite = bool((logp.isfinite() | ~r.response_mask.bool()).all())
+    except Diverged:
+        finite = False
+    if not finite:
+        raise Diverged(f"after step {step} the policy's logits are not finite: its weights diverged and are not "
+                       f"saved ({DIVERGED_HINT})")  # fmt: skip
 
 
 def _print_config(cfg: Config, out: Path) -> None:

@@ -1,8 +1,12 @@
 """The run directory's guards: which `--out` can hold a run, and a clean stop on SIGTERM / SIGINT.
 
 * `check_run_dir(out, resume)` runs before anything is loaded or written. A fresh run needs `out` to be absent or
-  empty, a directory (not a file, not below a file) in a place we can write; `--resume` needs a saved config and at
-  least one complete checkpoint, so a resume can never restart from step 0 and replace the metrics of a run.
+  empty, a directory (not a file, not below a file) in a place we can write; `--resume` needs a saved config. A run
+  that stopped before its first checkpoint (killed in the warm start, a crash in the first steps) has nothing to
+  continue from: `--resume` starts it over from step 0 in the same directory, so every stopped run can be resumed.
+* `RunLock(out)`: one process per run directory (an advisory lock on `<out>/.lock`, released when the process ends,
+  however it ends); a second `rpgrl train` on a directory in use is refused, so two processes never interleave
+  their metrics and checkpoints.
 * `StopSignals` turns the first SIGTERM or SIGINT into a request: the trainer finishes the current step, writes a
   checkpoint and raises `Interrupted`; `rpgrl train` prints one line and exits with 128 + the signal number (130
   for Ctrl-C, 143 for SIGTERM, the shell's convention), so a scheduler sees that the run did not finish. A second
@@ -14,45 +18,114 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from rpgrl.errors import UsageError, dir_problem
 from rpgrl.trainer.checkpoint import latest_checkpoint
 
 
-def check_run_dir(out: Path, resume: bool) -> None:
-    """UsageError (one line) when `out` cannot hold the run; reads only, so a refused command changes nothing."""
+def check_run_dir(out: Path, resume: bool) -> bool:
+    """UsageError (one line) when `out` cannot hold the run; reads only, so a refused command changes nothing.
+    Returns True for a resume of a run that has no checkpoint yet (it starts over), else False."""
     out = Path(out)
     problem = dir_problem(out)
     if problem is not None:
         raise UsageError(f"--out {out}: {problem}")
+    holder = lock_holder(out)
+    if holder is not None:
+        raise UsageError(_in_use(out, holder))
     has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
     if resume:
         if not (out / "config.json").is_file():
             raise UsageError(f"--resume: no run to resume in {out} (no config.json)")
-        if not has_checkpoint:
-            raise UsageError(
-                f"--resume: {out} has no checkpoint to continue from (the run stopped before its first one); "
-                "nothing was changed: start the run again with another --out"
-            )
-    elif out.is_dir() and any(out.iterdir()):
+        return not has_checkpoint
+    if out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()):
         if has_checkpoint:
             raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
-        raise UsageError(
-            f"run directory {out} is not empty and has no checkpoint to resume from: choose another --out "
-            "(or delete it)"
-        )
+        if (out / "config.json").is_file():
+            raise UsageError(f"run directory {out} holds a run that stopped before its first checkpoint: pass "
+                             "--resume to start it over, or choose another --out")  # fmt: skip
+        raise UsageError(f"run directory {out} is not empty and holds no run: choose another --out")
+    return False
+
+
+def _in_use(out: Path, holder: str) -> str:
+    return f"run directory {out} is in use by another rpgrl process (PID {holder}): wait for it to end, or stop it"
+
+
+def lock_holder(out: Path) -> str | None:
+    """The PID written in `<out>/.lock` if a process holds that lock, else None. Reads only (a shared lock taken
+    and released at once; `RunLock` retries for a moment, so this probe cannot make a starting run fail)."""
+    path = Path(out) / RunLock.NAME
+    try:
+        import fcntl
+
+        with open(path) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return f.read().strip() or "unknown"
+    except (ImportError, OSError):  # not POSIX, no lock file, unreadable
+        return None
+    return None
+
+
+class RunLock:
+    """Context manager holding an exclusive advisory lock on `<out>/.lock` (created with `out`), which holds the
+    holder's PID. UsageError naming that PID when another process holds it. No-op where `fcntl` is missing."""
+
+    NAME = ".lock"
+    TRIES = 20  # x 50 ms: a `lock_holder` probe holds the lock for microseconds
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / self.NAME
+        self.file = None
+
+    def __enter__(self) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+        except OSError as e:  # e.g. a read-only or virtual file system that os.access did not reveal
+            raise UsageError(f"--out {self.path.parent}: cannot write there: {e.strerror}") from None
+        for attempt in range(self.TRIES):
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if attempt < self.TRIES - 1:
+                    time.sleep(0.05)
+        else:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "unknown"
+            self.file.close()
+            self.file = None
+            raise UsageError(_in_use(self.path.parent, holder))
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"{os.getpid()}\n")
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.file is not None:
+            self.file.close()  # releases the lock
+            self.file = None
 
 
 class Interrupted(Exception):
     """Raised by `train` after the checkpoint that follows a SIGTERM / SIGINT."""
 
-    def __init__(self, signum: int, step: int, out: Path):
+    def __init__(self, signum: int, step: int, out: Path, saved: bool = True):
         self.signum, self.step, self.out = signum, step, out
         name = signal.Signals(signum).name
-        super().__init__(
-            f"stopped by {name} after step {step}, checkpoint saved; continue with: rpgrl train --out {out} --resume"
-        )
+        what = f"after step {step}, checkpoint saved; continue" if saved else "in the warm start, before the first " \
+            "checkpoint; start the run over"  # fmt: skip
+        super().__init__(f"stopped by {name} {what} with: rpgrl train --out {out} --resume")
 
     @property
     def exit_code(self) -> int:
@@ -87,7 +160,7 @@ class StopSignals:
         if self.received is None:
             self.received = signum
             name = signal.Signals(signum).name
-            os.write(2, f"rpgrl train: {name}: stopping after this step's checkpoint (again to stop now)\n".encode())
+            os.write(2, f"rpgrl train: {name}: stopping at the end of this step (again to stop now)\n".encode())
             return
         previous = self._previous.get(signum, signal.SIG_DFL)
         self._restore()  # the second signal: as if no handler had been installed

@@ -276,8 +276,9 @@ def load_benchmarks(cfg: Config) -> list:
     if not cfg.eval.benchmarks:
         return []
     from rpgrl.data import load_benchmark
+    from rpgrl.evaluation import _check_names
 
-    return [load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()]
+    return _check_names([load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()])
 
 
 def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, limit: int | None) -> int:
@@ -347,6 +348,7 @@ class Run:
     checkpoint: Path | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)
     saved: bool = False  # a checkpoint was written by this process
+    restart: bool = False  # --resume of a run that stopped before its first checkpoint: it starts over
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
@@ -368,14 +370,19 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     from rpgrl.errors import first_line
     from rpgrl.trainer.checkpoint import load_newest, set_rng_state
     from rpgrl.trainer.device import model_device
+    from rpgrl.trainer.log import check_metrics_file
     from rpgrl.trainer.reference import Anchor
     from rpgrl.trainer.rundir import check_run_dir
 
     cfg = check(cfg)
-    check_run_dir(out, resume)
+    restart = check_run_dir(out, resume)  # a resume with no checkpoint yet starts over
+    resume = resume and not restart
     ckpt, saved, skipped = load_newest(out / "checkpoints") if resume else (None, None, [])
     if resume and ckpt is None:
         raise UsageError(f"--resume: no checkpoint in {out / 'checkpoints'} loads: {'; '.join(skipped)}")
+    if resume:
+        for name in ("metrics.jsonl", "eval.jsonl"):  # the resume cuts them back: unreadable rows stop it first
+            check_metrics_file(out / name)
     if resume and saved["step"] > cfg.train.max_steps:
         raise UsageError(f"--resume: train.max_steps {cfg.train.max_steps} is below the step of {ckpt} "
                          f"({saved['step']}): pass --max-steps {saved['step']} or more")  # fmt: skip
@@ -395,7 +402,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
         cfg, out, model, tokenizer, task, benchmarks, params, make_optimizer(cfg, params),
         torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed),
         PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle), RunState(tracker=_tracker(cfg)),
-        reward_fn, adv_fn, loss_fn, loss_opts, checkpoint=ckpt, skipped=skipped,
+        reward_fn, adv_fn, loss_fn, loss_opts, checkpoint=ckpt, skipped=skipped, restart=restart,
     )  # fmt: skip
     if ckpt is None:
         return run

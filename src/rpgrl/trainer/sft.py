@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from rpgrl.rewards.synthetic import Problem
 
 
+class WarmStartStopped(Exception):
+    """Raised by `warm_start` when its `stop()` turns true: the warm start is left unfinished (nothing saved)."""
+
+
 @dataclass
 class SFTStats:
     """What the warm start did: optimizer `steps`, wall-clock `seconds`, held-out accuracies at the end (greedy and
@@ -130,6 +134,7 @@ def warm_start(
     progress: bool = False,
     log: Callable[[int, dict[str, float]], None] | None = None,
     forward: str = "auto",
+    stop: Callable[[], bool] | None = None,
 ) -> SFTStats:
     """Supervised fine-tuning of `model` in place until held-out greedy accuracy reaches `cfg.target_accuracy`.
 
@@ -138,7 +143,8 @@ def warm_start(
     and EOS (prompt tokens are context only). Batches are drawn without replacement, reshuffled each epoch
     (seeded). Greedy accuracy on `val_problems` is measured every `cfg.eval_every` steps and at the last step;
     `log(step, metrics)` receives `sft/loss`, `sft/lr` each step and `eval/greedy_acc` at evaluations.
-    `forward`: the training forward of `rollout.token_logprobs` (auto, packed or transformers).
+    `forward`: the training forward of `rollout.token_logprobs` (auto, packed or transformers). `stop()`, asked before
+    every step: true raises `WarmStartStopped` (a SIGTERM should not wait for the whole warm start).
     Returns SFTStats; the model is left in eval mode. A non-finite loss raises `Diverged`.
     """
     if cfg.max_steps < 0 or cfg.batch_size < 1 or cfg.eval_every < 1 or not cfg.lr > 0:
@@ -154,6 +160,8 @@ def warm_start(
     history, step, greedy_acc, reached = [], 0, float("nan"), False
     bar = _bar(progress, cfg.max_steps)
     while step < cfg.max_steps and not reached:
+        if stop is not None and stop():
+            raise WarmStartStopped(f"warm start stopped at step {step}")
         idx = next(batches)
         lr = cosine_lr(step, peak=cfg.lr, warmup=warmup_steps, total=cfg.max_steps, min_ratio=min_lr_ratio)
         loss = _sft_step(model, tokenizer, opt, [prompts[i] for i in idx], [targets[i] for i in idx], lr, grad_clip,
