@@ -138,6 +138,8 @@ def test_derived_values_are_properties():
         ([("ref.mode", "fixed"), ("ref.ema", "0.5")], "ref.ema applies to ref.mode adaptive only (ref.mode is fixed)"),
         ([("data.prompt_key", "question")], "data.prompt_key applies to file datasets only (the synthetic task"),
         ([("data.answer_key", "solution")], "data.answer_key applies to file datasets only"),
+        ([("data.train", "t.jsonl"), ("data.num_train", "5")], "data.num_train applies to the synthetic task only"),
+        ([("data.train", "t.jsonl"), ("data.num_val", "5")], "data.num_val applies to the synthetic task only"),
         # an empty path is the current directory to pathlib ("`.` is not a file"): refused by name
         ([("data.train", "")], "data.train is empty"),
         ([("data.train", "t.jsonl"), ("data.val", "")], "data.val is empty"),
@@ -195,6 +197,7 @@ def test_options_that_apply_are_accepted():
         [("ref.mode", "periodic"), ("ref.period", "5")],
         [("ref.mode", "adaptive"), ("ref.kappa", "0.5"), ("ref.ema", "0.5")],
         [("data.train", "t.jsonl"), ("data.prompt_key", "q"), ("data.answer_key", "a"), ("sft.max_steps", "0")],
+        [("data.num_train", "5"), ("data.num_val", "5")],  # the synthetic task's sizes
     ]
     for overrides in cases:
         check(apply_overrides(Config(), overrides))

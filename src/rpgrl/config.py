@@ -616,6 +616,13 @@ def _check_unused(cfg: Config) -> None:
     if cfg.synthetic:  # its prompts and answers are generated, not read from columns
         unused += [(f"data.{k}", getattr(data, k), "file datasets", "the synthetic task generates its own")
                    for k in ("prompt_key", "answer_key") if getattr(data, k) != getattr(DataConfig, k)]  # fmt: skip
+    else:  # a file's rows are all read; the sizes choose how many problems the synthetic task generates
+        why = {
+            "num_train": "data.train is a file, read whole",
+            "num_val": "data.train is a file; eval.max_problems limits the held-out problems evaluated",
+        }
+        unused += [(f"data.{k}", getattr(data, k), "the synthetic task", why[k])
+                   for k in ("num_train", "num_val") if getattr(data, k) != getattr(DataConfig, k)]  # fmt: skip
     if unused:
         key, value, applies, why = unused[0]
         raise UsageError(f"{key} applies to {applies} only ({why}): drop {key} (got {value!r})")

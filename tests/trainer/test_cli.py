@@ -97,7 +97,8 @@ def test_bad_data_files(capsys, tmp_path):
     [
         (["--model.path", "/nonexistent/model"], "model folder not found"),
         (["--loss.bta", "1"], "unknown config key"),
-        (["--data.train", "/nonexistent.jsonl"], "data file not found"),
+        # the saved run is synthetic with tiny sizes: back to their defaults, which a file dataset leaves alone
+        (["--data.train", "/nonexistent.jsonl", "--data.num_train=20000", "--data.num_val=300"], "data file not found"),
         (["grpo"], "differs from the run saved in"),
         (["--model.hidden_size", "64"], "does not fit this config"),  # the checkpoint holds a hidden-32 model
         (["--optim.name", "schedulefree"], "was written by adamw, not schedulefree"),
@@ -398,7 +399,7 @@ def test_dynamic_sampling_that_gives_up_saves_the_run_and_says_how_to_go_on(caps
     exit 2, and the run is kept at the last finished step so --resume continues it."""
     data = _jsonl(tmp_path / "d.jsonl", [{"prompt": f"{i}", "answer": "unreachable"} for i in range(8)])
     out = tmp_path / "run"
-    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--rollout.group_filter"))]
+    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--rollout.group_filter", "--data.num_"))]
     err = _fail(capsys, [*args, "--data.train", data, "--data.reward", "math01", "--rollout.group_filter", "fill",
                          "--rollout.max_gen_batches", "2", "--max-steps", "2", "--out", str(out)])  # fmt: skip
     assert "only 0 of 4 prompt groups had mixed outcomes after 2 generation batches" in err
