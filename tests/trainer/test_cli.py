@@ -100,7 +100,9 @@ def test_bad_data_files(capsys, tmp_path):
         # the saved run is synthetic with tiny sizes: back to their defaults, which a file dataset leaves alone
         (["--data.train", "/nonexistent.jsonl", "--data.num_train=20000", "--data.num_val=300"], "data file not found"),
         (["grpo"], "differs from the run saved in"),
-        (["--model.hidden_size", "64"], "does not fit this config"),  # the checkpoint holds a hidden-32 model
+        # the checkpoint holds a hidden-32 model: the field is named (was torch's header, ending at a colon)
+        (["--model.hidden_size", "64"], "does not fit this config: model.hidden_size 64 here, 32 in the saved run"),
+        (["--model.num_layers", "2"], "does not fit this config: model.num_layers 2 here, 1 in the saved run"),
         (["--optim.name", "schedulefree"], "was written by adamw, not schedulefree"),
     ],
 )

@@ -194,7 +194,8 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
         first = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, 0, run.state, run.out)
         tracker.log(first)
         run.state.start_accuracy = first[M.EVAL_ACCURACY]
-        print0(f"held-out greedy accuracy before RL: {100 * run.state.start_accuracy:.1f}%")
+        if math.isfinite(run.state.start_accuracy):  # NaN: no held-out set (a file dataset without data.val)
+            print0(f"held-out greedy accuracy before RL: {100 * run.state.start_accuracy:.1f}%")
         if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
             _save(run, 0)
     if stop is not None and stop.received is not None:  # signalled during the warm start or the first evaluation

@@ -8,6 +8,7 @@ touched. `open_run` builds a `Run` from a config, restoring a checkpoint when re
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -363,11 +364,28 @@ def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
                    "rollout.group_size, rollout.gen_batch_size or eval.val_samples")  # fmt: skip
 
 
+def _misfit(cfg: Config, out: Path, error: Exception) -> str:
+    """Why a checkpoint's state does not load, named: the model.* fields that differ from the saved run's config,
+    else the first specific line of torch's message (a size mismatch, a missing key), not its header."""
+    from rpgrl.config import config_to_dict
+
+    try:
+        saved = json.loads((out / "config.json").read_text()).get("model", {})
+    except (OSError, ValueError, AttributeError):
+        saved = {}
+    now = config_to_dict(cfg)["model"]
+    diff = [f"model.{k} {now[k]!r} here, {saved[k]!r} in the saved run" for k in now
+            if k in saved and now[k] != saved[k]]  # fmt: skip
+    if diff:
+        return "; ".join(diff)
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    return next((ln for ln in lines[1:] if ln), lines[0] if lines else type(error).__name__)[:300]
+
+
 def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     """Resolve names, build the model, load the data and, when resuming, restore the newest checkpoint that loads.
     Reads only: every user-fixable problem raises UsageError before anything in `out` is created or changed."""
     from rpgrl.config import check
-    from rpgrl.errors import first_line
     from rpgrl.trainer.checkpoint import load_newest, set_rng_state
     from rpgrl.trainer.device import model_device
     from rpgrl.trainer.log import check_metrics_file
@@ -415,7 +433,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
         run.anchor = Anchor(cfg.ref, model)
         run.anchor.load_state_dict(saved["anchor"])
     except (RuntimeError, ValueError, KeyError) as e:
-        raise UsageError(f"checkpoint {ckpt} does not fit this config: {first_line(e)}") from None
+        raise UsageError(f"checkpoint {ckpt} does not fit this config: {_misfit(cfg, out, e)}") from None
     run.stream.load_state_dict(saved["data"])
     set_rng_state(saved["rng"], run.generator)
     run.start_step = saved["step"]
