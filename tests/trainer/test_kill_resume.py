@@ -6,8 +6,7 @@ its rename and the `latest` pointer, while an old one is pruned), SIGKILL from o
 SIGINT / SIGTERM (a clean stop). After each: the metrics rows up to the last checkpoint are kept byte for byte, the
 resumed run's steps are unique and contiguous, and its metrics equal the uninterrupted run's exactly (perf/* aside),
 as the in-process resume test (test_loop.py) requires. A kill before the first checkpoint leaves a run `--resume`
-refuses (exit 2, directory unchanged).
-"""
+starts over in place, with the same result."""
 
 from __future__ import annotations
 
