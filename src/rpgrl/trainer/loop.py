@@ -786,6 +786,7 @@ def _save(run: Run, step: int) -> None:
         "rng": rng_state(run.generator),
         "trainer": run.state.to_dict(),
     }
+    run.saved = True  # from here on the run directory may hold a checkpoint of this process: never put back
     try:
         save_checkpoint(run.out / "checkpoints", step, state, keep=run.cfg.train.keep_checkpoints)
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError (its zip writer)
@@ -795,7 +796,6 @@ def _save(run: Run, step: int) -> None:
         raise UsageError(f"cannot write the checkpoint of step {step} in {run.out / 'checkpoints'}: "
                          f"{getattr(e, 'strerror', None) or first_line(e)}; older checkpoints are kept (make room, "
                          "then --resume)") from None  # fmt: skip
-    run.saved = True
 
 
 @torch.no_grad()

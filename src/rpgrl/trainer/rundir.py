@@ -123,8 +123,10 @@ class Interrupted(Exception):
     def __init__(self, signum: int, step: int, out: Path, saved: bool = True):
         self.signum, self.step, self.out = signum, step, out
         name = signal.Signals(signum).name
-        what = f"after step {step}, checkpoint saved; continue" if saved else "in the warm start, before the first " \
-            "checkpoint; start the run over"  # fmt: skip
+        if saved:
+            what = f"after step {step}, checkpoint saved; continue"
+        else:
+            what = "in the warm start, before the first checkpoint; start the run over"
         super().__init__(f"stopped by {name} {what} with: rpgrl train --out {out} --resume")
 
     @property

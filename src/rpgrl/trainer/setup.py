@@ -378,8 +378,8 @@ def _misfit(cfg: Config, out: Path, error: Exception) -> str:
             if k in saved and now[k] != saved[k]]  # fmt: skip
     if diff:
         return "; ".join(diff)
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    return next((ln for ln in lines[1:] if ln), lines[0] if lines else type(error).__name__)[:300]
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()] or [type(error).__name__]
+    return lines[min(1, len(lines) - 1)][:300]  # torch's header line ends at a colon: the next one says what
 
 
 def open_run(cfg: Config, out: Path, resume: bool) -> Run:
