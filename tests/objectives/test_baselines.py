@@ -350,7 +350,7 @@ BAD = [
     (lambda d: d, {"kl": "k1", "kl_clamp": 0.0}, "kl_clamp must be > 0"),
     (lambda d: d, {"kl_clamp": 10.0}, "only used by the KL term"),
     (lambda d: {**d, "old_logp": d["old_logp"].tolist()}, {}, "old_logp must be a torch.Tensor, got list"),
-    (lambda d: d, {"normalizer": -4.0}, r"normalizer must be a finite count >= 1 \(of tokens or responses\), got -4.0"),
+    (lambda d: d, {"normalizer": -4.0}, r"normalizer must be a finite count >= 2\*\*-20 .*got -4.0"),
 ]
 
 

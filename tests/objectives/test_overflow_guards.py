@@ -81,13 +81,18 @@ def test_ppo_kl_terms_never_give_a_finite_loss_with_a_non_finite_gradient(kl, dt
             assert bool(torch.isfinite(lp.grad).all()), (log_w, x, out.loss.item(), lp.grad)
 
 
-def test_a_normalizer_below_one_is_refused():
-    """At 1e-39 a loss of 0 came with gradients of +-inf (1 / 1e-39 overflows float32)."""
+def test_a_vanishing_normalizer_is_refused_and_a_count_per_process_is_not():
+    """At 1e-39 a loss of 0 came with gradients of +-inf (1 / 1e-39 overflows float32). A count divided among
+    processes (verl's and TRL's count / dp_size, below 1 for a batch with fewer tokens than processes) is valid."""
     lp = torch.zeros(1, 2, requires_grad=True)
     for fn in (ppo_loss, lambda *a, **k: rpg_loss(*a, divergence="rkl", style="reinforce", beta=0.0, **k)):
-        with pytest.raises(ValueError, match="normalizer must be a finite count >= 1"):
+        with pytest.raises(ValueError, match="normalizer must be a finite count >= 2\\*\\*-20"):
             fn(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), normalizer=1e-39)
-    assert aggregate(torch.ones(2, 3), torch.ones(2, 3), normalizer=1) == 6.0
+        out = fn(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), normalizer=torch.tensor(1.0) / 4)
+        out.loss.backward()
+        assert torch.equal(lp.grad, torch.tensor([[-4.0, 4.0]]))  # d/dlogp of -A w / (1/4) at w = 1
+        lp.grad = None
+    assert aggregate(torch.ones(2, 3), torch.ones(2, 3), normalizer=0.5) == 12.0
 
 
 @pytest.mark.parametrize("bad", [{"eps_high": "a"}, {"eps_low": None}, {"beta": "x"}, {"eps_low": True}])

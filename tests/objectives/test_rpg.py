@@ -809,7 +809,7 @@ BAD = {
     "eps_low": r"eps_low must be in \[0, 1\]",
     "truncate_diff": "clip='truncate'.*needs style='reinforce'",
     "clamp_in_clip": "kl_value_clamp clamps a separate KL term",
-    "normalizer": r"normalizer must be a finite count >= 1 \(of tokens or responses\), got 0",
+    "normalizer": r"normalizer must be a finite count >= 2\*\*-20 .*got 0",
     "overflow": "rpg_loss overflowed",
 }
 

@@ -164,3 +164,21 @@ def test_resave_never_leaves_a_step_without_a_complete_copy(tmp_path, monkeypatc
     assert sorted(p.name for p in d.iterdir() if p.is_dir()) == [ck.checkpoint_name(5)]
     ck.save_checkpoint(d, 5, {"v": 3})  # an ordinary re-save replaces the copy
     assert torch.load(d / ck.checkpoint_name(5) / "state.pt", weights_only=False) == {"v": 3}
+
+
+def test_a_complete_write_killed_between_its_renames_is_a_checkpoint_until_placed(tmp_path):
+    """`.tmp-step-X` with both files and no `step-X` (a kill between the rename and `latest`'s): readers see it, so
+    nothing decides the run has no checkpoint (a resume would start it over and drop its metrics)."""
+    ck.save_checkpoint(tmp_path, 1, _state(1))
+    ck.save_checkpoint(tmp_path, 2, _state(2))
+    (tmp_path / "step-000002").rename(tmp_path / ".tmp-step-000002")
+    (tmp_path / "latest").unlink()
+    assert ck.latest_checkpoint(tmp_path) == tmp_path / ".tmp-step-000002"
+    d, state, skipped = ck.load_newest(tmp_path)
+    assert d == tmp_path / ".tmp-step-000002" and state["step"] == 2 and skipped == []
+    ck.remove_leftovers(tmp_path)  # what the next save or resume does: put in place
+    assert ck.latest_checkpoint(tmp_path) == tmp_path / "step-000002"
+    # an incomplete write is not one
+    (tmp_path / "step-000002").rename(tmp_path / ".tmp-step-000002")
+    (tmp_path / ".tmp-step-000002" / "meta.json").unlink()
+    assert ck.latest_checkpoint(tmp_path) == tmp_path / "step-000001"

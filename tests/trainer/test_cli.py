@@ -146,7 +146,9 @@ def test_a_run_that_stopped_before_its_first_checkpoint_is_started_over_by_resum
 
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
-    shutil.rmtree(out / "checkpoints")
+    for gone in ("checkpoints", "model"):  # a run killed before its first checkpoint (every 100 steps there)
+        shutil.rmtree(out / gone)
+    (out / "summary.json").unlink()
     before = _snapshot(out)
     err = _fail(capsys, ["--out", str(out), "--max-steps", "3", *TINY_ARGS])
     assert "stopped before its first checkpoint: pass --resume to start it over" in err

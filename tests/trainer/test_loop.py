@@ -600,3 +600,75 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_older_ones(tmp_path, monk
     assert names == ["latest", "step-000001"]
     monkeypatch.setattr(ckpt.torch, "save", real)
     assert loop.train(cfg, tmp_path / "run", resume=True)["steps"] == 3
+
+
+def test_a_finished_run_whose_checkpoints_were_removed_is_not_started_over(tmp_path):
+    """The reproduction runner (and users short of space) delete a finished run's checkpoints: --resume must not
+    take that for a run that stopped before its first checkpoint and replace its metrics."""
+    import shutil
+
+    from rpgrl.errors import UsageError
+
+    cfg = tiny(("train.max_steps", "2"), ("train.checkpoint_every", "2"))
+    out = tmp_path / "run"
+    loop.train(cfg, out)
+    shutil.rmtree(out / "checkpoints")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(UsageError, match="no checkpoint to continue from, but it finished: its checkpoints were"):
+        loop.train(tiny(("train.max_steps", "3")), out, resume=True)
+    (out / "summary.json").unlink()
+    shutil.rmtree(out / "model")  # killed during the export: its metrics still show steps past a checkpoint
+    with pytest.raises(UsageError, match="but metrics.jsonl holds 2 steps"):
+        loop.train(tiny(("train.max_steps", "3")), out, resume=True)  # the saved run checkpoints every 2
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "summary.json"} == {
+        k: v for k, v in before.items() if k != "summary.json"
+    }
+
+
+def test_a_run_directory_changed_while_loading_is_refused(tmp_path, monkeypatch):
+    """The checks run before the lock is held (loading a model takes a while): another process that wrote to the
+    directory meanwhile (here: a checkpoint appears) makes this one stop rather than act on a stale view."""
+    from rpgrl.errors import UsageError
+
+    real = loop.open_run
+
+    def another_process_writes(cfg, out, resume):
+        run = real(cfg, out, resume)
+        (out / "checkpoints" / "step-000005").mkdir(parents=True)
+        for name in ("state.pt", "meta.json"):
+            (out / "checkpoints" / "step-000005" / name).write_text('{"step": 5}')
+        return run
+
+    monkeypatch.setattr(loop, "open_run", another_process_writes)
+    out = tmp_path / "run"
+    with pytest.raises(UsageError, match="changed while this process was loading"):
+        loop.train(tiny(("train.max_steps", "1")), out)
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints"]  # nothing of this process but its lock
+
+
+def test_a_full_disk_outside_checkpointing_is_one_line(tmp_path, monkeypatch):
+    """A write that fails for room raises OSError without a file name (ENOSPC from write()): one line too."""
+    import errno
+
+    from rpgrl.errors import UsageError
+
+    def full(self, row):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(loop.MetricsFile, "write", full)
+    with pytest.raises(UsageError, match="cannot write in .*No space left on device; the run is kept at its last"):
+        loop.train(tiny(("train.max_steps", "2")), tmp_path / "run")
+
+
+def test_a_tracker_that_refuses_to_start_leaves_no_run_directory(tmp_path, monkeypatch):
+    from rpgrl.errors import UsageError
+    from rpgrl.trainer import trackers
+
+    class Refusing:
+        def __init__(self, *args, **kwargs):
+            raise UsageError("train.report_to tensorboard: refused")
+
+    monkeypatch.setattr(trackers, "TensorBoardTracker", Refusing)
+    with pytest.raises(UsageError, match="refused"):
+        loop.train(tiny(("train.max_steps", "1"), ("train.report_to", "tensorboard")), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -28,22 +28,29 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return masked_sum(x, mask, dim) / n.clamp(min=1)
 
 
+MIN_NORMALIZER = 2.0**-20
+"""The smallest normalizer taken: a count of at least 1 divided among up to 2^20 processes (verl and TRL pass the
+global count / the data-parallel size, below 1 when a batch has fewer tokens than processes)."""
+
+
 def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
-    """ValueError unless `normalizer` is None or one finite count >= 1 (a zero, negative or NaN count would silently
-    give an inf, sign-flipped or NaN loss, and a count below 1 multiplies every gradient: at 1e-39 a loss of 0 came
-    with infinite gradients). A tensor costs one host sync."""
+    """ValueError unless `normalizer` is None or one finite number >= MIN_NORMALIZER (a zero, negative or NaN count
+    would silently give an inf, sign-flipped or NaN loss, and a tiny one multiplies every gradient: at 1e-39 a loss
+    of 0 came with infinite gradients). A tensor costs one host sync."""
     if normalizer is None:
         return
     if isinstance(normalizer, torch.Tensor):
         if normalizer.numel() != 1:
             raise ValueError(f"normalizer must be one number, got a tensor of shape {tuple(normalizer.shape)}")
-        ok = bool((normalizer >= 1) & torch.isfinite(normalizer))
+        ok = bool((normalizer >= MIN_NORMALIZER) & torch.isfinite(normalizer))
     elif isinstance(normalizer, (int, float)) and not isinstance(normalizer, bool):
-        ok = math.isfinite(normalizer) and normalizer >= 1
+        ok = math.isfinite(normalizer) and normalizer >= MIN_NORMALIZER
     else:
         raise ValueError(f"normalizer must be a number or a 0-dim tensor, got {type(normalizer).__name__}")
     if not ok:
-        raise ValueError(f"normalizer must be a finite count >= 1 (of tokens or responses), got {normalizer}")
+        raise ValueError(
+            f"normalizer must be a finite count >= 2**-20 (of tokens or responses, per process), got {normalizer}"
+        )
 
 
 def aggregate(

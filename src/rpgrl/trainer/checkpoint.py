@@ -101,7 +101,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int 
     shutil.rmtree(trash, ignore_errors=True)
     crash_point("checkpoint-rename")
     write_text_atomic(ckpt_dir / LATEST, name)
-    steps = sorted(_complete(ckpt_dir))
+    steps = sorted(_complete(ckpt_dir))  # no write is pending here: remove_leftovers placed them above
     for old in [s for s in steps if s > step] + [s for s in steps if s <= step][:-keep]:
         _delete(ckpt_dir / checkpoint_name(old))
     return final
@@ -136,15 +136,21 @@ def remove_leftovers(ckpt_dir: Path) -> None:
                 d.unlink(missing_ok=True)
 
 
-def _complete(ckpt_dir: Path) -> list[int]:
-    steps = []
-    for d in ckpt_dir.glob(f"{_PREFIX}*"):
+def _complete(ckpt_dir: Path) -> dict[int, Path]:
+    """{step: directory} of the complete checkpoints: `step-*` holding both files, and a complete write killed
+    between its two renames (`.tmp-step-X` with both files and no `step-X`: the next save or resume puts it in
+    place, and until then it is read where it is)."""
+    found = {}
+    for d in [*ckpt_dir.glob(f"{_PREFIX}*"), *ckpt_dir.glob(f".tmp-{_PREFIX}*")]:
+        pending = d.name.startswith(".tmp-")
+        if pending and (ckpt_dir / d.name[len(".tmp-") :]).exists():
+            continue
         if (d / "meta.json").is_file() and (d / "state.pt").is_file():
             try:
-                steps.append(int(json.loads((d / "meta.json").read_text())["step"]))
-            except (ValueError, KeyError, json.JSONDecodeError):
+                found[int(json.loads((d / "meta.json").read_text())["step"])] = d
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
                 continue
-    return steps
+    return found
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -157,8 +163,8 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
         d = ckpt_dir / pointer.read_text().strip()
         if (d / "meta.json").is_file() and (d / "state.pt").is_file():
             return d
-    steps = _complete(ckpt_dir)
-    return ckpt_dir / checkpoint_name(max(steps)) if steps else None
+    found = _complete(ckpt_dir)
+    return found[max(found)] if found else None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -173,7 +179,8 @@ def load_newest(ckpt_dir: Path) -> tuple[Path | None, dict[str, Any] | None, lis
     ckpt_dir = Path(ckpt_dir)
     first = latest_checkpoint(ckpt_dir)
     order = [] if first is None else [first]
-    order += [ckpt_dir / checkpoint_name(s) for s in sorted(_complete(ckpt_dir), reverse=True)]
+    found = _complete(ckpt_dir)
+    order += [found[s] for s in sorted(found, reverse=True)]
     skipped = []
     for d in dict.fromkeys(order):  # in order, without repeats
         try:

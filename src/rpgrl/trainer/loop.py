@@ -25,6 +25,7 @@ Not here: multi-process training, vLLM, packing by token budget (micro-batches a
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import shutil
@@ -104,6 +105,7 @@ def train(
     t_begin = time.perf_counter()
     run = open_run(cfg, Path(out), resume)  # all input errors surface here, before `out` is touched
     with RunLock(run.out):  # one process per run directory
+        _check_unchanged(run, resume)
         kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
         existing = set(run.out.rglob("*")) if kept is not None else set()
         tracker = prepare_run_dir(run)
@@ -118,10 +120,12 @@ def train(
                 _remove_new(run.out, existing)  # e.g. its TensorBoard events, whose purge step would hide later rows
             raise
         except OSError as e:  # the run directory's disk full or gone: the run stays at its last checkpoint
-            if e.filename is None or run.out.resolve() not in Path(e.filename).resolve().parents:
+            full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+            ours = e.filename is not None and run.out.resolve() in Path(e.filename).resolve().parents
+            if not (full or ours):
                 raise
-            raise UsageError(f"cannot write {e.filename}: {e.strerror}; the run is kept at its last checkpoint "
-                             "(make room, then --resume)") from None  # fmt: skip
+            raise UsageError(f"cannot write in {run.out}: {e.strerror}{f' ({e.filename})' if e.filename else ''}; "
+                             "the run is kept at its last checkpoint (fix that, then --resume)") from None  # fmt: skip
 
 
 # What usually makes RL diverge, largest suspect first
@@ -129,6 +133,22 @@ DIVERGED_HINT = "lower optim.lr; or loss.beta, optim.weight_decay or the reward'
 
 # What a resume rewrites before its first step (the new config; metrics and evaluations cut back to the checkpoint)
 RESUME_REWRITES = ("config.json", "metrics.jsonl", "eval.jsonl", "summary.json")
+
+
+def _check_unchanged(run: Run, resume: bool) -> None:
+    """Under the run's lock: UsageError if another process changed the run directory while this one was loading
+    (its checks ran before the lock was held): it would otherwise act on a stale view, e.g. prune the other
+    process's newer checkpoints."""
+    from rpgrl.trainer.checkpoint import latest_checkpoint
+    from rpgrl.trainer.rundir import check_run_dir
+
+    try:
+        same = check_run_dir(run.out, resume, probe_lock=False) == run.restart
+    except UsageError:  # e.g. a fresh run's directory is no longer empty
+        same = False
+    if not same or latest_checkpoint(run.out / "checkpoints") != run.newest_seen:
+        raise UsageError(f"run directory {run.out} changed while this process was loading (another rpgrl process "
+                         "wrote to it): run the command again")  # fmt: skip
 
 
 def _read_files(out: Path, names: tuple[str, ...]) -> dict[str, bytes | None]:
@@ -153,7 +173,7 @@ def _remove_new(out: Path, existing: set[Path]) -> None:
 
 
 # What a run writes before its first checkpoint: removed when --resume starts such a run over
-RESTART_REMOVES = ("metrics.jsonl", "eval.jsonl", "summary.json", "wandb_run_id", "tensorboard")
+RESTART_REMOVES = ("metrics.jsonl", "eval.jsonl", "summary.json", "wandb_run_id", "wandb", "tensorboard")
 
 
 def prepare_run_dir(run: Run):
@@ -808,8 +828,9 @@ def _check_policy_finite(run: Run, step: int) -> None:
 
     cfg = run.cfg
     try:
+        decode = "auto" if cfg.rollout.decode == "compiled" else cfg.rollout.decode  # no graph of its own
         r = sample(run.model, run.tokenizer, run.task.train_prompts[:1], n=1, max_new_tokens=2, greedy=True,
-                   decode=cfg.rollout.decode)  # fmt: skip
+                   decode=decode)  # fmt: skip
         logp, _ = token_logprobs(run.model, r, forward=cfg.train.forward)
         finite = bool((logp.isfinite() | ~r.response_mask.bool()).all())
     except Diverged:

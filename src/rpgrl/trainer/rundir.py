@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -25,21 +26,28 @@ from rpgrl.errors import UsageError, dir_problem
 from rpgrl.trainer.checkpoint import latest_checkpoint
 
 
-def check_run_dir(out: Path, resume: bool) -> bool:
+def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
     """UsageError (one line) when `out` cannot hold the run; reads only, so a refused command changes nothing.
-    Returns True for a resume of a run that has no checkpoint yet (it starts over), else False."""
+    Returns True for a resume of a run that stopped before its first checkpoint (it starts over), else False.
+    `probe_lock=False`: the caller holds the run's lock (a re-check under it)."""
     out = Path(out)
     problem = dir_problem(out)
     if problem is not None:
         raise UsageError(f"--out {out}: {problem}")
-    holder = lock_holder(out)
+    holder = lock_holder(out) if probe_lock else None
     if holder is not None:
         raise UsageError(_in_use(out, holder))
     has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
     if resume:
         if not (out / "config.json").is_file():
             raise UsageError(f"--resume: no run to resume in {out} (no config.json)")
-        return not has_checkpoint
+        if has_checkpoint:
+            return False
+        further = _got_further(out)
+        if further is not None:
+            raise UsageError(f"--resume: {out} has no checkpoint to continue from, but {further}: its checkpoints "
+                             "were removed; nothing was changed (start a new run with another --out)")  # fmt: skip
+        return True
     if out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()):
         if has_checkpoint:
             raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
@@ -48,6 +56,26 @@ def check_run_dir(out: Path, resume: bool) -> bool:
                              "--resume to start it over, or choose another --out")  # fmt: skip
         raise UsageError(f"run directory {out} is not empty and holds no run: choose another --out")
     return False
+
+
+def _got_further(out: Path) -> str | None:
+    """What shows that the run in `out` (no checkpoint now) got past its first checkpoint, or None if nothing does:
+    so that starting over never replaces a finished run whose checkpoints were deleted (the reproduction runner
+    deletes them; so do users short of space). The first checkpoint comes after the warm start (step 0) when there
+    is one, else at train.checkpoint_every steps (or earlier by the clock)."""
+    if (out / "summary.json").exists() or (out / "model").exists():
+        return "it finished"
+    try:
+        cfg = json.loads((out / "config.json").read_text())
+        sft, every = int(cfg["sft"]["max_steps"]), int(cfg["train"]["checkpoint_every"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its config.json does not say when it checkpoints"
+    rows = 0
+    if (out / "metrics.jsonl").is_file():
+        rows = sum(1 for line in (out / "metrics.jsonl").read_bytes().splitlines() if line.strip())
+    if rows >= (1 if sft > 0 else every):
+        return f"metrics.jsonl holds {rows} steps"
+    return None
 
 
 def _in_use(out: Path, holder: str) -> str:
@@ -81,6 +109,7 @@ class RunLock:
     def __init__(self, out: Path):
         self.path = Path(out) / self.NAME
         self.file = None
+        self.created_dir = False
 
     def __enter__(self) -> RunLock:
         try:
@@ -88,6 +117,7 @@ class RunLock:
         except ImportError:  # not POSIX
             return self
         try:
+            self.created_dir = not self.path.parent.exists()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.file = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
         except OSError as e:  # e.g. a read-only or virtual file system that os.access did not reveal
@@ -112,9 +142,16 @@ class RunLock:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.file is not None:
-            self.file.close()  # releases the lock
-            self.file = None
+        if self.file is None:
+            return
+        out = self.path.parent
+        alone = [p.name for p in out.iterdir()] == [self.NAME]  # the run wrote nothing (refused at once)
+        if alone:  # take back what this lock created, as a refused run leaves its --out
+            self.path.unlink(missing_ok=True)
+        self.file.close()  # releases the lock
+        self.file = None
+        if alone and self.created_dir:
+            out.rmdir()
 
 
 class Interrupted(Exception):

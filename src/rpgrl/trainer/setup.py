@@ -350,6 +350,7 @@ class Run:
     skipped: list[str] = dataclasses.field(default_factory=list)
     saved: bool = False  # a checkpoint was written by this process
     restart: bool = False  # --resume of a run that stopped before its first checkpoint: it starts over
+    newest_seen: Path | None = None  # the newest checkpoint when the run directory was checked (before the lock)
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
@@ -386,7 +387,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     """Resolve names, build the model, load the data and, when resuming, restore the newest checkpoint that loads.
     Reads only: every user-fixable problem raises UsageError before anything in `out` is created or changed."""
     from rpgrl.config import check
-    from rpgrl.trainer.checkpoint import load_newest, set_rng_state
+    from rpgrl.trainer.checkpoint import latest_checkpoint, load_newest, set_rng_state
     from rpgrl.trainer.device import model_device
     from rpgrl.trainer.log import check_metrics_file
     from rpgrl.trainer.reference import Anchor
@@ -394,6 +395,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
 
     cfg = check(cfg)
     restart = check_run_dir(out, resume)  # a resume with no checkpoint yet starts over
+    newest_seen = latest_checkpoint(out / "checkpoints")
     resume = resume and not restart
     ckpt, saved, skipped = load_newest(out / "checkpoints") if resume else (None, None, [])
     if resume and ckpt is None:
@@ -421,6 +423,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
         torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed),
         PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle), RunState(tracker=_tracker(cfg)),
         reward_fn, adv_fn, loss_fn, loss_opts, checkpoint=ckpt, skipped=skipped, restart=restart,
+        newest_seen=newest_seen,
     )  # fmt: skip
     if ckpt is None:
         return run
