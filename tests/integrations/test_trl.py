@@ -178,6 +178,7 @@ def test_gradient_accumulation_gives_the_batch_gradient(trained, agg, monkeypatc
         ({"rpg_beta": -1.0}, "rpg_beta"),
         ({"entropy_coef": 0.01}, "entropy_coef"),
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
+        ({"loss_type": "dr_grpo"}, "loss_type"),  # TRL's normalisation: RPGConfig.agg sets it (was ignored)
     ],
 )
 def test_bad_configs_are_refused(tmp_path, overrides, match):
@@ -191,3 +192,23 @@ def test_rpg_trainer_needs_rpg_config(tmp_path):
     args = GRPOConfig(str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none", use_cpu=True)
     with pytest.raises(TypeError, match="RPGConfig"):
         RPGTrainer(model, count_ones, args=args, processing_class=tok)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_an_all_masked_micro_batch_reports_every_metric_as_nan(level):
+    """TRL gathers each metric over processes one by one; a process whose micro-batch had no valid token (all its
+    completions truncated under mask_truncated_completions) reported none and left the others waiting in their
+    collectives. Now the same names, each NaN, which the trainer's nanmean leaves out; loss and gradient 0."""
+    from rpgrl.integrations._common import rpg_loss_nonempty
+
+    g = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(4, 6, generator=g, dtype=torch.float64)).requires_grad_()
+    old = logp.detach() - 0.1
+    adv = torch.randn(4, generator=g, dtype=torch.float64)
+    opts = RPGConfig(output_dir="unused", use_cpu=True, level=level, rpg_beta=0.05).rpg_options()
+    full = rpg_loss_nonempty(logp, old, adv, torch.ones(4, 6, dtype=torch.bool), **opts).metrics
+    empty = rpg_loss_nonempty(logp, old, adv, torch.zeros(4, 6, dtype=torch.bool), **opts)
+    assert sorted(empty.metrics) == sorted(full) and all(math.isnan(float(v)) for v in empty.metrics.values())
+    (grad,) = torch.autograd.grad(empty.loss, logp)
+    assert empty.loss.item() == 0 and grad.abs().sum() == 0
+    assert torch.tensor([float(full["kl/urkl"]), float("nan")]).nanmean() == float(full["kl/urkl"])

@@ -199,7 +199,7 @@ def test_through_verls_own_ppo_loss(base_actor, info):
     from verl.workers.utils.losses import ppo_loss
 
     batch_info = BATCH_INFOS[info]
-    config = actor_with(base_actor, clip="dual")
+    config = actor_with(base_actor, batch_info=BATCH_INFOS["dp2"], clip="dual")  # data-parallel: global counts
     logp, old, adv, mask = random_batch(seed=11)
     model_output, data = worker_batch(logp, old, adv, mask, torch.tensor([1, 3, 2, 3, 1, 2]), batch_info)
     loss, metrics = ppo_loss(config, model_output, data)
@@ -275,6 +275,24 @@ def test_fully_masked_rows_contribute_nothing(base_actor, agg):
     torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-7, atol=1e-12)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-7, atol=1e-12)
     assert grad[2].abs().sum() == 0
+
+
+@pytest.mark.parametrize("mode", ["rpg_urkl_reinforce", "rpg_rkl_differentiable"])
+def test_an_all_masked_micro_batch_reports_the_same_metrics(base_actor, mode):
+    """verl gathers each micro-batch's metrics over data-parallel ranks and needs the same names everywhere
+    (Metric.aggregate_dp raised on a rank whose micro-batch was all masked, e.g. by rollout-correction rejection
+    sampling): the empty one reports every name, at 0 as verl's own losses do; its loss and gradient are 0."""
+    from verl.utils.metric.utils import AggregationType, Metric
+
+    config = actor_with(base_actor, batch_info=BATCH_INFOS["dp2"], clip="dual")  # data-parallel: global counts
+    logp, old, adv, mask = random_batch(seed=11)
+    _, _, full = verl_loss_and_grad(mode, logp, old, adv, mask, "token-mean", config)
+    loss, grad, empty = verl_loss_and_grad(mode, logp, old, adv * 0, mask & False, "token-mean", config)
+    assert sorted(empty) == sorted(full) and all(float(v) == 0.0 for v in empty.values())
+    assert loss == 0 and grad.abs().sum() == 0
+    for name in full:  # two ranks, one micro-batch each: aggregates as verl does
+        ranks = [Metric.from_dict({name: m[name]}, AggregationType.MEAN)[name] for m in (full, empty)]
+        assert Metric.aggregate_dp(ranks) == pytest.approx(float(full[name]) / 2)
 
 
 def test_verls_model_patch_runs_next_to_rpgrls_trl_extra():

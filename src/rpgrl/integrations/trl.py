@@ -93,6 +93,7 @@ class RPGConfig(GRPOConfig):
             "delta": self.delta is not None,
             "importance_sampling_level": self.importance_sampling_level != "token",
             "sync_ref_model": self.sync_ref_model,
+            "loss_type": self.loss_type != "dapo",  # the normalisation is RPGConfig.agg's
         }
         if any(unsupported.values()):
             names = ", ".join(k for k, v in unsupported.items() if v)

@@ -186,6 +186,7 @@ def _make_policy_loss(divergence: str, style: str):
             style=style,
             agg=loss_agg_mode if shared else "token-mean",
             normalizer=_normalizer(loss_agg_mode, batch) if shared else None,
+            empty_metric=0.0,  # an all-masked micro-batch: as verl's own losses report it (masked means of nothing)
             **opts,
         )
         if out.per_token is not None:
