@@ -672,3 +672,23 @@ def test_a_tracker_that_refuses_to_start_leaves_no_run_directory(tmp_path, monke
     with pytest.raises(UsageError, match="refused"):
         loop.train(tiny(("train.max_steps", "1"), ("train.report_to", "tensorboard")), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_run_files_are_strict_json_without_a_held_out_set(tmp_path):
+    """A file dataset without data.val has no held-out accuracy (NaN): the run files hold null there, not a bare NaN
+    that strict JSON parsers (jq, JavaScript) refuse."""
+
+    def strict(text: str):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in a run file"))
+
+    rows = [{"prompt": f"What is {a}+{a}?", "answer": str(2 * a)} for a in range(6)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tiny(("data.train", str(data)), ("data.reward", "math01"), ("eval.every", "1"), ("train.max_steps", "2"))
+    summary = loop.train(cfg, tmp_path / "run")
+    assert math.isnan(summary["start_accuracy"])  # the returned summary keeps Python's NaN
+    assert strict((tmp_path / "run" / "summary.json").read_text())["start_accuracy"] is None
+    for name in ("eval.jsonl", "metrics.jsonl"):
+        lines = (tmp_path / "run" / name).read_text().splitlines()
+        assert lines and all(strict(line)["step"] >= 0 for line in lines)
+    assert strict(lines[0]).get("eval/accuracy", None) is None

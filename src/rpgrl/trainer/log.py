@@ -87,6 +87,18 @@ def to_floats(metrics: dict[str, torch.Tensor | float | int]) -> dict[str, float
     return out
 
 
+def json_safe(obj):
+    """`obj` with every non-finite float as None (JSON null): strict JSON parsers refuse a bare NaN, which an accuracy
+    without a held-out set is."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def non_finite(metrics: dict[str, float]) -> list[str]:
     return [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)]
 
@@ -103,7 +115,7 @@ class MetricsFile:
         self._f = open(self.path, "a")
 
     def write(self, row: dict) -> None:
-        self._f.write(json.dumps(row, allow_nan=True) + "\n")
+        self._f.write(json.dumps(json_safe(row), allow_nan=False) + "\n")
         self._f.flush()
 
     def close(self) -> None:
@@ -155,7 +167,7 @@ def truncate_metrics(path: Path, step: int, keep: Callable[[dict], bool] | None 
     if not path.is_file():
         return
     rows = [r for r in read_metrics(path) if r.get("step", 0) <= step and (keep is None or keep(r))]
-    write_text_atomic(path, "".join(json.dumps(r, allow_nan=True) + "\n" for r in rows))
+    write_text_atomic(path, "".join(json.dumps(json_safe(r), allow_nan=False) + "\n" for r in rows))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,7 +229,7 @@ def plot_metrics(rows: Iterable[dict], out_png: Path) -> Path | None:
     except ImportError:  # pragma: no cover
         return None
     rows = list(rows)
-    panels = [keys for keys in PLOT_KEYS if any(k in r for r in rows for k in keys)]
+    panels = [keys for keys in PLOT_KEYS if any(r.get(k) is not None for r in rows for k in keys)]  # null: no value
     if not rows or not panels:
         return None
     ncols = 3

@@ -53,6 +53,7 @@ from rpgrl.trainer.device import clip_grad_norm, model_device
 from rpgrl.trainer.log import (
     MetricsFile,
     Progress,
+    json_safe,
     mean_over_steps,
     non_finite,
     plot_metrics,
@@ -342,7 +343,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
         "wall_seconds": time.perf_counter() - t_begin,
         "eval_problems": len(_eval_slice(run.task, cfg)[0]),
     }
-    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2) + "\n")
     if summary["eval_problems"]:
         print0(
             f"held-out greedy accuracy ({summary['eval_problems']} problems): start of RL "
@@ -732,7 +733,7 @@ def run_eval(
     if math.isfinite(row[M.EVAL_ACCURACY]):
         state.best_accuracy = max(row[M.EVAL_ACCURACY], state.best_accuracy or 0.0)
     with open(out / "eval.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
+        f.write(json.dumps(json_safe(row)) + "\n")
     return row
 
 
