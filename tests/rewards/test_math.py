@@ -262,6 +262,19 @@ EQUIV_TABLE = [
     ("\\boxed{4} then \\boxed{5}", "5", True),  # the last box wins
     ("Answer: 4 or 5", "4", False),  # a hedge is a set {4, 5}, not 4
     ("Answer: \\boxed{4}, \\boxed{5}", "5", False),  # two boxes on the answer line: a set again
+    # chat formatting: the label alone on its line (markdown, display math), the answer below it (a probe's finds)
+    ("**Answer:**\n\\boxed{42}", "42", True),
+    ("**Final Answer:**\n\n\\[\n\\boxed{42}\n\\]", "42", True),
+    ("Answer: $$\n42\n$$", "42", True),
+    ("**Answer:**  \n42", "42", True),
+    ("**Answer**: 42", "42", True),  # the bold closes before the colon
+    ("Answer:\n42\nBecause 6 x 7 = 42 and not 41.", "42", True),  # only the first line that holds an answer
+    ("**Answer:**\n\\boxed{41}", "42", False),
+    # AIME's forms: a Unicode degree sign, a remainder written as a congruence
+    ("Answer: 336\u00b0", "336^\\circ", True),
+    ("Answer: N \\equiv 42 \\pmod{1000}", "42", True),
+    ("Answer: 42 (mod 1000)", "42", True),
+    ("Answer: 42 (mod 1000)", "41", False),
     # unparseable LaTeX
     ("Answer: \\frac{", "5", False),  # unclosed group
     ("Answer: \\sqrt{}", "5", False),  # empty radicand

@@ -156,6 +156,10 @@ MAX_POWER_DIGITS = 10_000  # a^b with numeric a, b and more digits than this is 
 MAX_FACTORIAL = 100_000  # n! with a larger literal n is judged wrong
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+MAX_BELOW_LINES = 8  # an `Answer:` label with no answer on its line: read at most this many lines below it
+# an `Answer:` label as models write it: also `**Answer**:` and `__Answer__:` (markdown closing before the colon)
+_LABEL = re.compile(r"Answer\s*(?:\*\*|__)?\s*:", re.IGNORECASE)
+_MODULUS = re.compile(r"\\pmod\s*\{[^{}]*\}|\(\s*(?:\\?mod|\\bmod)\s*[^()]*\)")
 _DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 _THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\}|\\,|\\!|\\ |~)(?=\d{3}(?!\d))")
 _MARKDOWN = re.compile(r"\*\*|__|`")
@@ -206,16 +210,31 @@ def extract_final_answer(response: str) -> str | None:
 
 
 def _final_answer_raw(response: str) -> str | None:
-    lines = ANSWER_RE.findall(response)
-    if lines:
-        return lines[-1]
+    labels = list(_LABEL.finditer(response))
+    if labels:
+        return _label_content(response, labels[-1].end())
     boxed = _boxed_contents(response)
     return boxed[-1] if boxed else None
 
 
+def _label_content(text: str, start: int) -> str:
+    """The answer after an `Answer:` label ending at `start`: the rest of its line; when that holds no answer (only
+    spaces or markup: `Answer:`, `**Answer:**`, `Answer: $$`, `### Final Answer: \\[`, the answer set on the lines
+    below as chat models format it), the lines below up to the first that holds one, with what came before it
+    (so `\\[ \\boxed{42}` reads as 42). Raw: only the spaces after the colon are left out."""
+    lines = text[start : start + 4 * MAX_ANSWER_CHARS].split("\n")
+    taken = []
+    for line in lines[:MAX_BELOW_LINES]:
+        taken.append(line)
+        if clean_answer(line):
+            break
+    return "\n".join(taken).lstrip(" \t")
+
+
 def clean_answer(answer: str) -> str:
     """Presentation stripped before the equivalence check: boxes (contents kept, several joined by ", "), math
-    delimiters, markdown emphasis, trailing periods, thousands separators, a trailing percent sign.
+    delimiters, markdown emphasis, trailing periods, thousands separators, a trailing percent sign, a trailing
+    Unicode degree sign, and a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)` read as 42).
 
     >>> clean_answer("The answer is $\\\\boxed{1\\\\,000}$.")
     '1000'
@@ -228,6 +247,8 @@ def clean_answer(answer: str) -> str:
     s = s.rstrip(".").strip()
     s = _THOUSANDS.sub("", s)
     s = re.sub(r"\\?%$", "", s).strip()
+    s = re.sub(r"(?<=\d)\s*\u00b0$", "", s)  # 336° (the Unicode degree sign; ^\circ is the authors' to remove)
+    s = _MODULUS.sub("", s.split("\\equiv")[-1]).strip()  # N \equiv 42 \pmod{1000}, 42 (mod 1000): AIME's remainders
     return s
 
 
@@ -292,6 +313,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
     """
+    if strict_correct(response, ground_truth):  # strict-correct implies equiv-correct, whichever answer each reads
+        return True
     answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises it
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
