@@ -167,10 +167,12 @@ def _restore_files(out: Path, files: dict[str, bytes | None]) -> None:
 def _remove_new(out: Path, existing: set[Path]) -> None:
     """Delete what is in `out` now and was not in `existing` (its listing before), deepest first."""
     for p in sorted(set(out.rglob("*")) - existing, key=lambda p: len(p.parts), reverse=True):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
+        _remove(p)
+
+
+def _remove(p: Path) -> None:
+    """Delete a file or a directory tree; nothing if it is gone."""
+    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 # What a run writes before its first checkpoint: removed when --resume starts such a run over
@@ -184,7 +186,7 @@ def prepare_run_dir(run: Run):
     if run.restart:
         print0(f"--resume: {out} has no checkpoint yet (the run stopped before its first one): starting it over")
         for name in RESTART_REMOVES:
-            shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink(missing_ok=True)
+            _remove(out / name)
     tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), run.start_step if resumed else None)
     out.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
