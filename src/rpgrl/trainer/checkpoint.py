@@ -101,9 +101,10 @@ def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int 
     shutil.rmtree(trash, ignore_errors=True)
     crash_point("checkpoint-rename")
     write_text_atomic(ckpt_dir / LATEST, name)
-    steps = sorted(_complete(ckpt_dir))  # no write is pending here: remove_leftovers placed them above
+    found = _complete(ckpt_dir)  # no write is pending here: remove_leftovers placed them above
+    steps = sorted(found)
     for old in [s for s in steps if s > step] + [s for s in steps if s <= step][:-keep]:
-        _delete(ckpt_dir / checkpoint_name(old))
+        _delete(found[old])
     return final
 
 

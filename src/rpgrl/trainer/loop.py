@@ -172,7 +172,10 @@ def _remove_new(out: Path, existing: set[Path]) -> None:
 
 def _remove(p: Path) -> None:
     """Delete a file or a directory tree; nothing if it is gone."""
-    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 # What a run writes before its first checkpoint: removed when --resume starts such a run over
