@@ -199,3 +199,17 @@ def test_non_utf8_and_unreadable_files(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "read_bytes", denied)
     one_line_error(load_examples, good, match="cannot read data file .*good.jsonl: Permission denied")
+
+
+def test_float_answers_are_written_as_the_number(tmp_path):
+    """A float answer (JSON 540.0, or a parquet integer column with a null, read as floats) is the number as a
+    ground truth writes it: no ".0", no exponent; so `Answer: 540` is correct in both modes."""
+    from rpgrl.data import load_examples
+    from rpgrl.rewards.math import math_score
+
+    rows = [540.0, 1e16, 1e-05, 0.5, -3.0, 2.25]
+    path = tmp_path / "f.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": a}) + "\n" for i, a in enumerate(rows)))
+    got = [e.answer for e in load_examples(path)]
+    assert got == ["540", "10000000000000000", "0.00001", "0.5", "-3", "2.25"]
+    assert math_score("Answer: 540", got[0], "strict") and math_score("Answer: 10000000000000000", got[1], "strict")

@@ -23,6 +23,7 @@ from rpgrl.evaluation import (
     bootstrap_ks,
     encode_messages,
     evaluate,
+    judged_vote,
     majority_correct,
     pass_at_k,
     pass_maj_curves,
@@ -30,6 +31,7 @@ from rpgrl.evaluation import (
     run_benchmarks,
     vote_answer,
 )
+from rpgrl.rewards.math import math_score
 
 # ---------- metrics against brute force ----------
 
@@ -243,7 +245,7 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     expected = load_benchmark(DATA / "amc-23.parquet").problems[:3]
     assert [s["answer"] for s in samples] == [p.answer for p in expected]
     assert all(len(s["responses"]) == 4 and len(s["correct"]) == 4 for s in samples)
-    assert all(s["votes"] == [vote_answer(r, "equiv") for r in s["responses"]] for s in samples)
+    assert all(s["votes"] == [judged_vote(r, s["answer"]) for r in s["responses"]] for s in samples)
     assert "eval/amc-23/maj@4" in report["metrics"]
     assert (out / "passk_majk.png").read_bytes()[:4] == b"\x89PNG"
     assert elapsed < 30, elapsed
@@ -320,7 +322,7 @@ def test_rpgrl_eval_cli_checks_names_and_out_before_loading_the_model(tmp_path, 
     assert "cannot create the --out folder" in err and "\n" not in err
     assert main(["eval", "--model", model, "--data", amc, "--out", str(tmp_path / "new")]) == 2
     assert "model folder not found" in capsys.readouterr().err
-    assert not (tmp_path / "new").exists()  # created only once the model has loaded
+    assert not (tmp_path / "new").exists()  # a refused evaluation leaves no folder behind
     assert main(["eval", "--model", model, "--data", amc, "--seed", str(2**64)]) == 2
     assert "seed must be in [0, 2**63 - 1]" in capsys.readouterr().err
 
@@ -462,3 +464,93 @@ def test_rpgrl_eval_with_a_tokenizer_larger_than_the_model_is_one_line(tmp_path,
     err = capsys.readouterr().err
     assert "benchmark prompt 0 encodes to token id" in err and "vocabulary of 50" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+# ---------- review fixes: scorer present, repeated flags, consistent votes, templates, one eval per folder ----------
+
+
+def test_maj_votes_read_the_answer_the_verdict_read():
+    """A response correct by the authors' rule (its `Answer: 42`) whose final answer is another (a later
+    `**Answer**: 41` label) votes 42 in equiv mode: the majority's verdict then does not depend on sample order."""
+    a, b = "Answer: 42\n...\n**Answer**: 41", "Answer: 41"
+    assert math_score(a, "42") and not math_score(b, "42")
+    assert judged_vote(a, "42") == "42" and vote_answer(a) == "41" and judged_vote(b, "42") == "41"
+    assert judged_vote(a, "42", "strict") == vote_answer(a, "strict") == "42"
+
+    def maj(texts):
+        return run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "42", 0),))], lambda ps, n: [texts], k=3,
+                              mode="equiv")[0].metrics["maj@3"]  # fmt: skip
+
+    assert maj([a, b, b]) == 0.0 and maj([b, a, a]) == 1.0  # the winner is 41, then 42
+    rng = random.Random(0)  # maj@1 is mean@1 on any mix of such responses
+    pool = [a, b, "\\boxed{42}", "Answer: 42", "**Answer**: 42", "no answer", "Answer: 40\n\\boxed{42}"]
+    for _ in range(20):
+        texts = [rng.choice(pool) for _ in range(3)]
+        m = run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "42", 0),))], lambda ps, n, t=texts: [t[:n]],
+                           k=1)[0].metrics  # fmt: skip
+        assert m["maj@1"] == m["mean@1"]
+
+
+def test_equiv_scoring_without_math_verify_is_one_line_before_any_model_loads(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from rpgrl.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real(name, *a))
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    model = str(tmp_path / "no-model")  # never reached: the scorer is checked first
+    assert main(["eval", "--model", model, "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--mode equiv (the default) scores answers with math-verify" in err, err
+    assert main(["eval", "--model", model, "--data", str(data), "--mode", "strict"]) == 2
+    assert "model folder not found" in capsys.readouterr().err  # strict mode needs no math-verify
+
+    from rpgrl.config import Config, DataConfig, EvalConfig
+    from rpgrl.trainer.setup import resolve_components
+
+    with pytest.raises(UsageError, match="data.reward 'math' scores answers with math-verify"):
+        resolve_components(Config(data=DataConfig(reward="math")))
+    resolve_components(Config(data=DataConfig(reward="math_strict")))
+    with pytest.raises(UsageError, match="eval.scoring 'equiv' .* scores answers with math-verify"):
+        resolve_components(Config(data=DataConfig(reward="math_strict"), eval=EvalConfig(benchmarks="x.parquet")))
+
+
+def test_repeated_data_flags_evaluate_every_file():
+    from rpgrl.evaluation import _parser
+
+    args = _parser().parse_args(["--model", "m", "--data", "a.parquet", "--data", "b.parquet", "c.parquet"])
+    assert args.data == ["a.parquet", "b.parquet", "c.parquet"]
+
+
+def test_chat_templates_that_raise_or_render_nothing_are_one_line():
+    pytest.importorskip("transformers")
+    from rpgrl.models import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    messages = [{"role": "user", "content": "What is 1+1?"}]
+    for template, what in [("{{ messages[0]['content'] + 1 }}", "TypeError"), ("{{ 1 // 0 }}", "ZeroDivisionError"),
+                           ("{% for m in messages %}{% endfor %}", "as no tokens")]:  # fmt: skip
+        tok.chat_template = template
+        with pytest.raises(UsageError, match="chat template") as e:
+            encode_messages(tok, messages)
+        assert what in str(e.value) and "\n" not in str(e.value)
+
+
+def test_one_evaluation_per_out_folder(tiny_model_dir, tmp_path, capsys):
+    """An evaluation holds --out's lock while it runs: a second one into the same folder is refused at once (it used
+    to pass the check and overwrite the report of whichever finished first)."""
+    from rpgrl.cli import main
+    from rpgrl.trainer.rundir import RunLock
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", str(data), "--k", "1", "--max-new-tokens", "2",
+            "--mode", "strict", "--out", str(out)]  # fmt: skip
+    with RunLock(out):  # another process's evaluation, still sampling
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "in use by another rpgrl process" in err, err
+    assert main(argv) == 0 and (out / "metrics.json").is_file()

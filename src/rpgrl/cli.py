@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from rpgrl.errors import UsageError, one_line
+from rpgrl.rewards._mathverify import WorkerError
 
 # subcommand -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     module, func, _ = COMMANDS[name]
     try:
         return int(getattr(importlib.import_module(module), func)(rest) or 0)
-    except (UsageError, FileNotFoundError) as e:
+    except (UsageError, FileNotFoundError, WorkerError) as e:  # WorkerError: math-verify installed but broken
         print(f"rpgrl {name}: error: {one_line(e)}", file=sys.stderr)
         return 2
 

@@ -25,6 +25,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -193,12 +194,20 @@ def _parse_prompt(value: Any, where: str, key: str) -> str | Messages:
     raise UsageError(f"{where}: {key!r} must be a non-empty string or a non-empty list of chat messages")
 
 
+def _number_text(value: float) -> str:
+    """A float answer as a ground truth is written: a whole number without its ".0" (a parquet integer column with a
+    null in it is read as floats) and no exponent (1e16 -> 10000000000000000, 1e-05 -> 0.00001)."""
+    if value.is_integer():
+        return str(int(value))
+    return format(Decimal(repr(value)), "f")
+
+
 def _parse_answer(value: Any, where: str, key: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise UsageError(f"{where}: {key!r} must be a string or a number, got {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):  # JSON NaN / 1e999, a parquet null as NaN
         raise UsageError(f"{where}: {key!r} is {value}, not an answer")
-    text = str(value)
+    text = _number_text(value) if isinstance(value, float) else str(value)
     if not text.strip():
         raise UsageError(f"{where}: {key!r} is empty")
     return text

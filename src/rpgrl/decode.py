@@ -319,7 +319,7 @@ class StaticDecoder:
 
 def _kernel(hidden: int, dtype: torch.dtype, device: torch.device, onednn: bool = True) -> str:
     """How the layer products run: 'onednn' (reordered weights), 'weight_left' (w @ x^T) or 'rows' (x @ w^T)."""
-    if onednn and onednn_available(dtype, device) and hidden >= ONEDNN_MIN_HIDDEN:
+    if onednn and hidden >= ONEDNN_MIN_HIDDEN and onednn_available(dtype, device):  # the probe costs ~1 s once
         return "onednn"
     return "weight_left" if hidden >= WEIGHT_LEFT_MIN_HIDDEN else "rows"
 

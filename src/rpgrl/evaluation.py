@@ -16,7 +16,8 @@ Metrics per benchmark, each averaged over problems:
   Not the empirical "any of k correct": for accuracy p it approaches 1 - (1 - p)^j.
 * `maj@j` for the same j as pass@j, plus j = k: majority vote over the problem's first j samples (samples are
   i.i.d., so the first j are a random j-subset). Each sample votes for its extracted answer (`vote_answer`: the
-  answer the scoring mode judges, normalised with the authors' rules; answers vote together only when those
+  answer the scoring mode judges, normalised with the authors' rules; in equiv mode a response correct by the
+  authors' rule votes for the answer that rule read, `judged_vote`; answers vote together only when those
   strings are equal, no symbolic equivalence); samples without an answer do not vote. The most-voted answer wins;
   a tie goes to the tied answer sampled first. The problem counts as solved when the first sample carrying the
   winning answer is correct; with no votes at all it counts as unsolved.
@@ -49,6 +50,7 @@ from rpgrl.rewards.math import (
     extract_strict,
     math_score,
     normalize_answer,
+    strict_correct,
 )
 
 PASS_KS = (1, 2, 4, 8, 16, 32)
@@ -113,6 +115,19 @@ def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
         raw = None if raw is None else clean_answer(raw)
     key = None if raw is None else normalize_answer(raw)
     return key or None
+
+
+def judged_vote(response: str, ground_truth: str, mode: Mode = "equiv") -> str | None:
+    """`vote_answer`, except that in equiv mode a response correct by the authors' rule votes for the answer that
+    rule read (equiv judges it correct by that answer even when its final answer, e.g. a later `**Answer**:`
+    label, differs), so a sample's vote and its correctness always concern the same answer.
+
+    >>> judged_vote("Answer: 42\\n**Answer**: 41", "42"), vote_answer("Answer: 42\\n**Answer**: 41")
+    ('42', '41')
+    """
+    if mode == "equiv" and strict_correct(response, ground_truth):
+        return vote_answer(response, "strict")
+    return vote_answer(response, mode)
 
 
 def majority_correct(votes: Sequence[str | None], correct: Sequence[bool]) -> bool:
@@ -181,14 +196,14 @@ def encode_messages(tokenizer, messages: Messages, *, max_length: int | None = N
     """Prompt token ids: the chat template with the generation prompt when the tokenizer has one (spec 7.5), else
     the raw content with the tokenizer's own special tokens. Left-truncated to `max_length` as verl does."""
     if getattr(tokenizer, "chat_template", None):
-        from jinja2 import TemplateError
-
         try:
             text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except TemplateError as e:  # a template that raises on these messages, or does not parse
+        except Exception as e:  # a template that does not parse, raises, or fails on these messages (1 + "a")
             raise UsageError(f"the tokenizer's chat template fails on the prompt {str(messages)[:60]!r}: "
-                             f"{first_line(e)}") from None  # fmt: skip
+                             f"{type(e).__name__}: {first_line(e)}") from None  # fmt: skip
         ids = encode_text(tokenizer, text, add_special_tokens=False)
+        if not ids:
+            raise UsageError(f"the tokenizer's chat template renders the prompt {str(messages)[:60]!r} as no tokens")
     else:
         ids = encode_text(tokenizer, prompt_text(messages))
     return ids[-max_length:] if max_length else ids
@@ -326,7 +341,9 @@ def run_benchmarks(
             [bool(math_score(text, p.answer, mode, timeout=timeout)) for text in texts]
             for p, texts in zip(problems, responses, strict=True)
         ]
-        votes = [[vote_answer(text, mode) for text in texts] for texts in responses]
+        votes = [
+            [judged_vote(text, p.answer, mode) for text in texts] for p, texts in zip(problems, responses, strict=True)
+        ]
         metrics = benchmark_metrics(correct, votes)
         results.append(BenchmarkResult(bench.name, problems, responses, correct, metrics, votes))
     return results
@@ -416,7 +433,8 @@ class EvalTracker:
 def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="rpgrl eval", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="local Hugging Face model folder")
-    p.add_argument("--data", required=True, nargs="+", help="evaluation parquet/JSONL files, one benchmark each")
+    p.add_argument("--data", required=True, nargs="+", action="extend",
+                   help="evaluation parquet/JSONL files, one benchmark each (the flag may be repeated)")  # fmt: skip
     p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")
     p.add_argument("--out", default=None, help="folder for metrics.json and samples.jsonl (default: print only)")
     p.add_argument("--max-new-tokens", type=int, default=2048, help="response length limit (paper: 2048)")
@@ -445,17 +463,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    # data and output-folder errors before the model is loaded and sampled from
+    # scorer, data and output-folder errors before the model is loaded and sampled from
+    if args.mode == "equiv":
+        from rpgrl.rewards import _mathverify
+
+        _mathverify.require("--mode equiv (the default)")
     benches = _check_names([_as_benchmark(path, args.limit_problems) for path in args.data])
-    out = None if args.out is None else Path(args.out)
-    why = None if out is None else dir_problem(out)
+    if args.out is None:
+        return _evaluate_and_report(args, benches, None)
+    out = Path(args.out)
+    why = dir_problem(out)
     if why is not None:
         raise UsageError(f"cannot create the --out folder {out}: {why}")
-    taken = [] if out is None else [n for n in (*REPORT_FILES, "metrics.jsonl") if (out / n).exists()]
+    from rpgrl.trainer.rundir import RunLock
+
+    _check_unused(out)
+    with RunLock(out):  # one process per folder: a second eval into it stops here, not by overwriting the report
+        _check_unused(out)  # again, now that no other process can write there
+        return _evaluate_and_report(args, benches, out)
+
+
+def _check_unused(out: Path) -> None:
+    taken = [n for n in (*REPORT_FILES, "metrics.jsonl") if (out / n).exists()]
     if taken:  # an earlier evaluation's report, or a training run's directory (its metrics.jsonl)
         raise UsageError(f"--out {out} already holds {', '.join(taken)} (an earlier evaluation or a training run): "
                          "pass a new folder")  # fmt: skip
 
+
+def _evaluate_and_report(args: argparse.Namespace, benches: list[Benchmark], out: Path | None) -> int:
     from rpgrl.models import config_vocab, load_model, load_tokenizer
     from rpgrl.rollout import check_kv_cache
 
@@ -468,8 +503,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     longest = min(max(map(len, prompts)), args.max_prompt_length)  # prompts are left-truncated to it
     check_kv_cache(model, min(args.batch_size, max(len(b.problems) for b in benches)) * args.k,
                    longest + args.max_new_tokens, "lower --max-new-tokens, --k or --batch-size")  # fmt: skip
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
     sampler = model_sampler(
         model,
         tokenizer,

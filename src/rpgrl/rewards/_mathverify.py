@@ -123,6 +123,18 @@ def _worker() -> _Worker:
     return w
 
 
+def require(what: str) -> None:
+    """Raise a `UsageError` naming `what` (e.g. "--mode equiv") if math-verify is not installed, so a run that
+    scores by equivalence fails before it loads a model and samples, not at its first answer."""
+    import importlib.util
+
+    from rpgrl.errors import UsageError
+
+    if importlib.util.find_spec("math_verify") is None:
+        raise UsageError(f"{what} scores answers with math-verify, which is not installed: pip install "
+                         "'rpgrl[math]', or score with the strict rule (it needs nothing)")  # fmt: skip
+
+
 def start() -> None:
     """Start this thread's worker without waiting for it (it imports math-verify in the background)."""
     _worker()

@@ -22,6 +22,16 @@ from rpgrl.errors import UsageError, check_token_ids
 from rpgrl.trainer.device import fusable, resolve_device
 
 
+def _require_scorers(cfg: Config, reward_fn: Callable) -> None:
+    """math-verify installed where answers are judged by equivalence: the training reward, the benchmarks."""
+    from rpgrl.rewards import _mathverify
+
+    if getattr(reward_fn, "mode", None) == "equiv":
+        _mathverify.require(f"data.reward {cfg.data.reward!r}")
+    if cfg.eval.benchmarks and cfg.eval.scoring == "equiv":
+        _mathverify.require("eval.scoring 'equiv' (the default)")
+
+
 def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[str, Any]]:
     """(reward_fn, advantage_fn, loss_fn, loss options) from the registries, with the options checked once on a
     tiny dummy batch so that an incompatible combination fails here with one line, not mid-run."""
@@ -35,6 +45,7 @@ def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[
         loss_fn = get_loss(cfg.loss.name)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    _require_scorers(cfg, reward_fn)
     opts = loss_options(cfg.loss)
     logp = torch.full((2, 3), -1.0, requires_grad=True)
     try:
