@@ -2,6 +2,7 @@
 from the records."""
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -176,6 +177,9 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     assert (tmp_path / "kept.md").read_text() == f"{reproduce_cli.REPORT_TITLE}\n" and not (tmp_path / "o").exists()
     assert rpgrl_main(["reproduce", "methods", "--no-run", "--seeds", str(10**11)]) == 2
     assert "--seeds must be <= 1000" in capsys.readouterr().err
+    cores = os.cpu_count() or 1  # a process per job: more than the cores only slows every run
+    assert rpgrl_main(["reproduce", "methods", "--no-run", "--jobs", str(cores + 1)]) == 2
+    assert f"--jobs must be <= {cores} (this machine's cores), got {cores + 1}" in capsys.readouterr().err
     # a training run's directory is not a suite's: refused before anything is written in it
     run = tmp_path / "run"
     run.mkdir()
@@ -239,3 +243,20 @@ def test_report_overwrites_only_an_earlier_report_and_its_plots(capsys, tmp_path
     assert (tmp_path / "a").read_text() == "not a folder"
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["clip-range.png"]
     assert (tmp_path / "b" / "clip-range.png").read_bytes() == b"someone else's plot"
+
+
+def test_report_and_results_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write that fails midway (a full disk) leaves the earlier report as it was, and no temporary file."""
+    report = tmp_path / "r.md"
+    report.write_text("earlier report\n")
+
+    def full_disk(self, text, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(type(report), "write_text", full_disk)
+    with pytest.raises(OSError):
+        reproduce_cli._write_atomic(report, "new report")
+    monkeypatch.undo()
+    assert report.read_text() == "earlier report\n" and [q.name for q in tmp_path.iterdir()] == ["r.md"]
+    reproduce_cli._write_atomic(report, "new report")
+    assert report.read_text() == "new report" and [q.name for q in tmp_path.iterdir()] == ["r.md"]

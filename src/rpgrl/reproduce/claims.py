@@ -137,6 +137,8 @@ class Claim:
     arms: tuple[Arm, ...]
     comparisons: tuple[Comparison, ...]
     columns: tuple[Metric, ...] = ("final", "best", "sampled", "entropy", "collapsed")
+    caveat: str = ""
+    """what the arms do not control for, printed under the verdict"""
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -185,6 +187,11 @@ def _off_policy() -> Claim:
             Comparison("rpg-clip x16", "grpo x16", "final", "higher"),
         ),
         columns=("final", "best", "sampled", "max_log_w", "collapsed"),
+        caveat="The GRPO arms run without a group filter, as GRPO's scripts, so each of their rollout batches takes "
+        "all k optimizer steps, while the RPG arms' filter drops the groups whose responses all score alike and "
+        "splits only the rest into mini-batches: fewer than k steps per batch (the `methods` claim's grpo-filtered "
+        "arm measures that difference). rpg-clip against grpo at x16 compares the algorithms at unequal step "
+        "counts.",
     )
 
 

@@ -20,6 +20,7 @@ from rpgrl.errors import ArgumentParser, UsageError, dir_problem
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm_start_config
 from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
+from rpgrl.reproduce.stats import MIN_SEEDS
 
 MAX_SEEDS = 1000
 REPORT_TITLE = "# The paper's claims at small scale (`rpgrl reproduce`)"
@@ -45,6 +46,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a.seeds = a.seeds if a.seeds is not None else (2 if a.quick else 5)
     if a.seeds < 1 or a.jobs < 1:
         raise UsageError("--seeds and --jobs must be >= 1")
+    cores = os.cpu_count() or 1
+    if a.jobs > cores:  # each job is a process with a torch thread: more than the cores only slows every run
+        raise UsageError(f"--jobs must be <= {cores} (this machine's cores), got {a.jobs}")
     if a.seeds > MAX_SEEDS:
         raise UsageError(f"--seeds must be <= {MAX_SEEDS} (every seed is a run per arm), got {a.seeds}")
     a.out = a.out or Path("runs") / ("reproduce-quick" if a.quick else "reproduce")
@@ -144,8 +148,10 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         "header": _header(scale, seeds, jobs, runs),
         "claims": {n: claim_result(CLAIMS[n], runs.get(n, {}), base, seeds) for n in claims},
     }
+    from rpgrl.trainer.log import json_safe  # imports torch: not before the arguments are checked
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    _write_atomic(out / "results.json", json.dumps(json_safe(results), indent=1, allow_nan=False) + "\n")
     write_report(results, report, len(seeds))
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
@@ -165,14 +171,14 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
         "",
         f"**Setup.** {h['setup']}",
         "",
-        "**Reading the tables.** Each cell is a mean over seeds with its 95% percentile-bootstrap interval "
-        "[low, high]. Arms at the same seed start RL from the same warm-started model, so comparisons use the "
-        "per-seed differences; a difference is *resolved* when its interval excludes zero. Greedy Last: held-out "
-        "greedy accuracy at the end; Best: the highest of the periodic evaluations; sampled mean@k: accuracy of k "
-        "samples per held-out problem at temperature 1 at the end; entropy, reward: means over the last quarter of "
-        "the steps; collapsed: stopped by the collapse guard, diverged, or ended 10+ points below its start. With 5 "
-        "seeds a percentile-bootstrap interval is, if anything, too narrow (it under-covers at small n): a difference "
-        "resolved by a small margin is tentative.",
+        "**Reading the tables.** Each cell is a mean over seeds with its 95% Student-t interval [low, high]. Arms "
+        "at the same seed start RL from the same warm-started model, so comparisons use the per-seed differences; a "
+        f"difference is *resolved* when its interval excludes zero, and never over fewer than {MIN_SEEDS} seeds. "
+        "Greedy Last: held-out greedy accuracy at the end (0 for a run that diverged); Best: the highest of the "
+        "periodic evaluations; sampled mean@k: accuracy of k samples per held-out problem at temperature 1 at the "
+        "end; entropy, reward: means over the last quarter of the steps; collapsed: stopped by the collapse guard, "
+        "diverged, or ended 10+ points below its start. A comparison whose paired runs ran at different commits "
+        "says so.",
         "",
     ]
     lines += ["| claim | verdict |", "|---|---|"]
@@ -183,7 +189,17 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
         lines.append(claim_markdown(r, plots.name, n_seeds))
         plot_claim(r, plots / f"{r['name']}.png")
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(lines))
+    _write_atomic(report, "\n".join(lines))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """`path` replaced by `text` in one rename: a kill or a full disk mid-write leaves the earlier file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _commits(commits: list[str]) -> str:

@@ -1,7 +1,8 @@
 """From run records to the suite's results: per-arm intervals, paired comparisons, verdicts, JSON, Markdown, plots.
 
 Everything in `docs/results.md` is generated here from the records; nothing is typed by hand. A comparison's
-status follows from its 95% interval of the per-seed difference and what the paper leads one to expect:
+status follows from its 95% t interval of the per-seed difference and what the paper leads one to expect (below
+MIN_SEEDS paired seeds it is unresolved whatever the interval):
     higher   supports when the interval lies above 0, contradicts when below, else unresolved
     similar  consistent when the interval lies within +-margin, contradicts when it lies wholly outside, else
              unresolved (an equivalence test: a small but resolved difference is still "similar")
@@ -18,7 +19,7 @@ from typing import Any
 
 from rpgrl.config import Config, config_to_dict
 from rpgrl.reproduce.claims import Claim
-from rpgrl.reproduce.stats import Interval, mean_interval, paired_difference
+from rpgrl.reproduce.stats import MIN_SEEDS, Interval, mean_interval, paired_difference
 
 LABELS = {
     "final": "greedy Last",
@@ -47,6 +48,8 @@ def metric_values(runs: dict[int, dict], metric: str) -> dict[int, float]:
 def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
     if diff.n == 0 or math.isnan(diff.mean):
         return "no data"
+    if diff.n < MIN_SEEDS:
+        return "unresolved"
     if expect == "higher":
         return "supports" if diff.low > 0 else "contradicts" if diff.high < 0 else "unresolved"
     if expect == "similar":
@@ -54,6 +57,12 @@ def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
             return "consistent"
         return "contradicts" if diff.low > margin or diff.high < -margin else "unresolved"
     return "supports" if diff.excludes_zero() else "unresolved"
+
+
+def mixed_commits(a: dict[int, dict], b: dict[int, dict], seeds: set[int]) -> list[int]:
+    """The paired seeds whose two runs ran at different commits (both known): their difference may hold a code
+    change as well as the arms' (the run cache is keyed by config and seed, not by commit)."""
+    return sorted(s for s in seeds if (ca := a[s].get("commit")) and (cb := b[s].get("commit")) and ca != cb)
 
 
 def verdict(statuses: list[str]) -> str:
@@ -114,13 +123,15 @@ def claim_result(claim: Claim, runs: dict[str, dict[int, dict]], base: Config, s
         )
     comps = []
     for c in claim.comparisons:
-        a, b = metric_values(runs.get(c.a, {}), c.metric), metric_values(runs.get(c.b, {}), c.metric)
+        ra, rb = runs.get(c.a, {}), runs.get(c.b, {})
+        a, b = metric_values(ra, c.metric), metric_values(rb, c.metric)
         diff = paired_difference(a, b)
         comps.append(
             {
                 **dataclasses.asdict(c),
                 "difference": dataclasses.asdict(diff),
                 "status": status(diff, c.expect, c.margin),
+                "mixed_commits": mixed_commits(ra, rb, set(a) & set(b)),
             }
         )
     complete = all(len(runs.get(a.name, {})) >= len(seeds) for a in claim.arms)
@@ -128,6 +139,7 @@ def claim_result(claim: Claim, runs: dict[str, dict[int, dict]], base: Config, s
         "name": claim.name,
         "title": claim.title,
         "paper": claim.paper,
+        "caveat": claim.caveat,
         "columns": list(claim.columns),
         "arms": arms,
         "comparisons": comps,
@@ -161,6 +173,8 @@ def _fmt(iv: dict, metric: str) -> str:
     digits = 1 if metric in POINTS else 2 if metric != "entropy" else 3
     m, lo, hi = (iv[k] * scale for k in ("mean", "low", "high"))
     unit = "%" if metric in POINTS else ""
+    if math.isnan(lo):  # one seed: no interval
+        return f"{m:.{digits}f}{unit}"
     return f"{m:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
@@ -171,10 +185,21 @@ def _diff_text(c: dict) -> str:
     pts = c["metric"] in POINTS
     scale, unit = (100, " points") if pts else (1, "")
     digits = 1 if pts else 3
+    bounds = "" if math.isnan(d["low"]) else f" [{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}]"
+    few = f" (fewer than {MIN_SEEDS} seeds: no verdict)" if d["n"] < MIN_SEEDS else ""
     return (
-        f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit} "
-        f"[{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}] over {d['n']} seeds, expected "
-        f"{c['expect']}{_margin(c, scale, unit)}: **{c['status']}**"
+        f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit}{bounds} over "
+        f"{d['n']} seed{'s' if d['n'] > 1 else ''}, expected {c['expect']}{_margin(c, scale, unit)}: "
+        f"**{c['status']}**{few}{_mixed_text(c)}"
+    )
+
+
+def _mixed_text(c: dict) -> str:
+    seeds = c.get("mixed_commits") or []
+    return (
+        f" (at seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} the two runs ran at different commits)"
+        if seeds
+        else ""
     )
 
 
@@ -188,6 +213,8 @@ def claim_markdown(res: dict, plot_dir: str, n_seeds: int) -> str:
     para = f"**Verdict: {res['verdict']}.** " + " ".join(_diff_text(c) + "." for c in res["comparisons"])
     collapsed = [f"{a['name']} {a['collapses']}/{len(a['seeds'])}" for a in res["arms"] if a["collapses"]]
     para += f" Collapsed runs: {', '.join(collapsed)}." if collapsed else " No run collapsed."
+    if res.get("caveat"):
+        para += f" **Caveat.** {res['caveat']}"
     if not res["complete"]:
         para += f" Incomplete: not every arm has {n_seeds} seeds yet; numbers are over the seeds that ran."
     lines += [para, ""]
