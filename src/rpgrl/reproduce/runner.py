@@ -12,6 +12,13 @@ continues where it stopped. Checkpoints and the exported model are deleted once 
 
 Runs execute in worker processes (`jobs` at a time, one torch thread each: on 2 cores two single-threaded runs do
 ~1.5x the work of one two-threaded run) by calling `rpgrl.trainer.train` directly.
+
+A suite never loses a finished run and never leaves a worker behind: one suite per directory (`RunLock(out)`); the
+first failed run, or SIGINT / SIGTERM / SIGHUP, cancels the queued runs and kills the workers at once (a run is
+started over, never resumed, so a graceful stop would save nothing; record.json and a warm start's summary.json are
+written atomically, so a killed run is either finished or visibly unfinished); a worker whose suite died (SIGKILL,
+out of memory) exits within `PARENT_POLL_SECONDS` instead of running queued runs into a directory a restarted suite
+now owns.
 """
 
 from __future__ import annotations
@@ -20,17 +27,22 @@ import contextlib
 import hashlib
 import json
 import multiprocessing
+import os
 import shutil
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rpgrl import metrics as M
 from rpgrl.config import Config, config_from_dict, config_to_dict
+from rpgrl.errors import UsageError, first_line
 
 SUITE_VERSION = 1
 """bumped when a change to the trainer changes what a cached run would compute"""
@@ -78,10 +90,28 @@ def run_dir(out: Path, job: Job) -> Path:
 
 
 def cached_record(path: Path) -> dict | None:
+    """The run's record, or None when it has none usable (missing, unreadable, not UTF-8, not JSON, not a JSON
+    object): such a run is started again, never a traceback in the suite or the report."""
     try:
-        return json.loads((path / "record.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        record = json.loads((path / "record.json").read_bytes())
+    except (OSError, ValueError, RecursionError):  # ValueError: JSONDecodeError and UnicodeDecodeError
         return None
+    return record if isinstance(record, dict) else None
+
+
+class RunFailed(RuntimeError):
+    """A run or warm start raised (a bug, a broken install): one line naming its directory and its error, raised from
+    the worker's exception and its traceback (an error inside training also leaves that traceback in the run's log)."""
+
+
+class SuiteInterrupted(SystemExit):
+    """SIGINT, SIGTERM or SIGHUP stopped the suite: queued runs cancelled, workers killed, one line printed on stderr.
+    A SystemExit with code 128 + the signal number, so `rpgrl reproduce` ends as `rpgrl train` does after a signal
+    (130 for Ctrl-C, 143 for SIGTERM) and without a traceback (`rpgrl.cli` maps no KeyboardInterrupt)."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(128 + signum)
+        self.signum, self.message = signum, message
 
 
 def run_all(
@@ -92,38 +122,183 @@ def run_all(
     commit: str = "",
     val_samples: int = 0,
     on_done: Callable[[Job, dict], None] | None = None,
+    *,
+    run_fn: Callable[..., dict] | None = None,
+    warm_fn: Callable[..., None] | None = None,
 ) -> dict[str, dict]:
-    """Make sure every job has a record (warm starts first); returns {run directory name: record}."""
-    seeds = sorted({j.seed for j in jobs})
-    todo_warm = [s for s in seeds if not (warm_dir(out, warm_cfg, s) / "summary.json").is_file()]
-    todo = [j for j in _unique(jobs) if cached_record(run_dir(out, j)) is None]
-    records = {run_dir(out, j).name: r for j in jobs if (r := cached_record(run_dir(out, j))) is not None}
-    if not todo_warm and not todo:
-        return records
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        wcfg = config_to_dict(warm_cfg)
-        warm = [pool.submit(_warm_start, wcfg, s, str(warm_dir(out, warm_cfg, s))) for s in todo_warm]
-        for f in warm:
-            f.result()  # a failed warm start is a bug or a broken install: stop with its error
-        futures = {
-            pool.submit(
-                _run,
-                config_to_dict(j.config),
-                j.seed,
-                str(run_dir(out, j)),
-                str(_warm_model(out, warm_cfg, j)),
-                commit,
-                val_samples,
-            ): j
-            for j in todo
-        }
-        for f, j in futures.items():  # in submission order: the report's claims fill up seed by seed
-            rec = f.result()
-            records[run_dir(out, j).name] = rec
-            if on_done is not None:
-                on_done(j, rec)
+    """Make sure every job has a record (warm starts first); returns {run directory name: record}.
+
+    Holds the suite's lock, `RunLock(out)`, while it runs anything: a second suite on `out` is refused (UsageError
+    naming the holder's PID) before it changes a file, so two suites never delete each other's runs. The first failed
+    run or warm start raises at once (RunFailed; a UsageError raised by a run stays one), and SIGINT / SIGTERM / SIGHUP
+    raise SuiteInterrupted: either way queued runs are cancelled and the workers killed, and the records written so
+    far are kept, so the same call continues from there. `on_done(job, record)` is called in the order of `jobs` (a run
+    that finishes before an earlier one waits for it) for the runs done here. `run_fn` / `warm_fn` replace the worker
+    functions `_run` / `_warm_start` (tests: top-level functions, pickled by name, same arguments)."""
+    from rpgrl.trainer.rundir import RunLock  # here, not at the top: it imports torch, which the workers import late
+
+    run_fn, warm_fn = run_fn or _run, warm_fn or _warm_start
+    unique = _unique(jobs)
+    records = _records(out, unique)
+    if len(records) == len(unique) and not _missing_warm(out, warm_cfg, unique):
+        return records  # all cached: nothing runs, nothing to lock
+    with RunLock(out), _StopOnSignals() as signals:
+        records = _records(out, unique)  # again under the lock: a suite that just ended may have added some
+        todo_warm = _missing_warm(out, warm_cfg, unique)
+        todo = [j for j in unique if run_dir(out, j).name not in records]
+        pool = _Workers(workers)
+        try:
+            wcfg = config_to_dict(warm_cfg)
+            warm = {pool.submit(warm_fn, wcfg, s, str(warm_dir(out, warm_cfg, s))): s for s in todo_warm}
+            _gather(warm, lambda f: f"warm start {warm_dir(out, warm_cfg, warm[f])}", lambda f: None)
+            futures = {
+                pool.submit(
+                    run_fn,
+                    config_to_dict(j.config),
+                    j.seed,
+                    str(run_dir(out, j)),
+                    str(_warm_model(out, warm_cfg, j)),
+                    commit,
+                    val_samples,
+                ): j
+                for j in todo  # in the jobs' order: the report's claims fill up seed by seed
+            }
+
+            def done(f: Future) -> None:
+                records[run_dir(out, futures[f]).name] = f.result()
+                if on_done is not None:
+                    on_done(futures[f], f.result())
+
+            _gather(futures, lambda f: f"run {run_dir(out, futures[f])}", done)
+            pool.close()
+        except KeyboardInterrupt as e:  # SIGINT, or SIGTERM / SIGHUP made one by _StopOnSignals
+            signum = getattr(e, "signum", signal.SIGINT)
+            finished = len(_records(out, unique))
+            message = (
+                f"rpgrl reproduce: stopped by {signal.Signals(signum).name}: {finished} of {len(unique)} runs "
+                f"finished, their records kept in {out / 'runs'}; the same command again continues from there"
+            )
+            _say(message)
+            raise SuiteInterrupted(signum, message) from None
+        finally:
+            signals.quiet()  # a second Ctrl-C must not break off the cleanup (it is bounded: KILL_WAIT)
+            pool.kill()
     return records
+
+
+def _records(out: Path, jobs: list[Job]) -> dict[str, dict]:
+    return {run_dir(out, j).name: r for j in jobs if (r := cached_record(run_dir(out, j))) is not None}
+
+
+def _missing_warm(out: Path, warm_cfg: Config, jobs: list[Job]) -> list[int]:
+    """The seeds whose warm start has no summary.json (written last, atomically, by `train`)."""
+    seeds = sorted({j.seed for j in jobs})
+    return [s for s in seeds if not (warm_dir(out, warm_cfg, s) / "summary.json").is_file()]
+
+
+def _gather(futures: dict[Future, Any], what: Callable[[Future], str], done: Callable[[Future], None]) -> None:
+    """Wait for `futures`; `done(f)` for each in the dict's order once it and all before it succeeded. The first
+    failure, whichever finishes first, raises at once (`_failure`), not after the futures submitted before it."""
+    order, pending, n = list(futures), set(futures), 0
+    while pending:
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for f in finished:
+            if f.exception() is not None:
+                raise _failure(what(f), f.exception()) from f.exception()
+        while n < len(order) and order[n].done():
+            done(order[n])
+            n += 1
+
+
+def _failure(what: str, e: BaseException) -> Exception:
+    """The one-line error of a failed run or warm start: UsageError if the run's was one (exit 2, one line), else
+    RunFailed (raised from `e`, which carries the worker's traceback)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    if isinstance(e, BrokenProcessPool):
+        reason = "its worker process died (killed from outside, or out of memory)"
+    else:
+        reason = first_line(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {first_line(e)}"
+    message = f"{what} failed: {reason}; finished runs are kept (the same command again continues)"
+    return UsageError(message) if isinstance(e, UsageError) else RunFailed(message)
+
+
+def _say(line: str) -> None:
+    """`line` on stderr if it can still be written (after SIGHUP the terminal may be gone)."""
+    try:
+        if sys.stderr is not None:
+            print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+class _StopOnSignals:
+    """While inside, on the main thread: the first SIGINT, SIGTERM or SIGHUP raises KeyboardInterrupt (with
+    `signum`) wherever the main thread is waiting, so the suite stops cleanly whichever signal a user, a scheduler or
+    a closed terminal sends; later ones, and any after `quiet()`, are ignored (the cleanup is short and bounded).
+    A signal ignored when entering (nohup's SIGHUP, SIGINT in a background job) stays ignored, and a SIGTERM or
+    SIGHUP handler someone else installed is left in place. The old handlers are restored on exit."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT",) if hasattr(signal, n))
+
+    def __init__(self) -> None:
+        self.armed = True
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for s in self.SIGNALS:
+            current = signal.getsignal(s)
+            if current in (signal.SIG_DFL, signal.default_int_handler) or (s == signal.SIGINT and current is None):
+                self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def quiet(self) -> None:
+        self.armed = False
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.armed:
+            self.armed = False
+            stop = KeyboardInterrupt(signal.Signals(signum).name)
+            stop.signum = signum
+            raise stop
+
+
+KILL_WAIT = 10.0
+"""seconds to wait for a killed worker to be reaped (SIGKILL: it takes milliseconds)"""
+
+
+class _Workers:
+    """The suite's worker processes: a spawn ProcessPoolExecutor (no inherited state: torch threads, CUDA) whose
+    processes `kill()` ends at once. They are the `multiprocessing.active_children()` that appeared after the pool
+    was made: a public API (the executor's own list, `_processes`, is private), which also holds a worker still
+    starting (a PID list reported by an initializer would miss it) and gives handles to reap them (no zombies)."""
+
+    def __init__(self, n: int):
+        self.before = {p.pid for p in multiprocessing.active_children()}
+        ctx = multiprocessing.get_context("spawn")
+        self.pool = ProcessPoolExecutor(max(1, n), mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
+        self.submit = self.pool.submit
+
+    def close(self) -> None:
+        """Every future is done: the workers exit as usual."""
+        self.pool.shutdown(wait=True)
+
+    def kill(self) -> None:
+        """Cancel what is queued, SIGKILL the workers and reap them; nothing if `close()` ran."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        procs = [p for p in multiprocessing.active_children() if p.pid not in self.before]
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.join(KILL_WAIT)
+        self.pool.shutdown(wait=True)  # the executor's manager thread sees them dead and ends
 
 
 def _unique(jobs: Iterable[Job]) -> list[Job]:
@@ -141,6 +316,31 @@ def _warm_model(out: Path, warm_cfg: Config, job: Job) -> Path:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Worker side (top-level functions: they are pickled by name into the worker processes)
+
+PARENT_POLL_SECONDS = 1.0
+
+
+def _worker_init(parent: int) -> None:
+    """Each worker, before its first run. Ctrl-C reaches the whole process group, but the main process alone decides
+    (it kills the workers): a worker ignores SIGINT, through a no-op handler rather than SIG_IGN, which exec would
+    pass on to the runs' own child processes. And a worker whose suite is gone (SIGKILL, out of memory) exits: a
+    daemon thread compares the parent's PID every PARENT_POLL_SECONDS (portable, unlike Linux's PR_SET_PDEATHSIG,
+    which also fires when the parent *thread* that started the worker ends, and would miss a parent that died before
+    it was set; a worker whose parent is already gone exits at the first check). tqdm (the trainer's printing) gets
+    a thread lock: its default, a multiprocessing lock, would be left by a killed worker to the resource tracker,
+    which then prints "leaked semaphore" warnings after the suite's last line; a run's output goes to its own log."""
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    with contextlib.suppress(ImportError):
+        from tqdm import tqdm
+
+        tqdm.set_lock(threading.RLock())
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="rpgrl-exit-with-parent", daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:  # spawn: the parent is the suite's process; an orphan is re-parented
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
 
 
 def _fresh(path: Path) -> None:
@@ -164,7 +364,11 @@ def _warm_start(cfg_dict: dict, seed: int, path: str) -> None:
     cfg = config_from_dict(cfg_dict)
     cfg = replace(cfg, train=replace(cfg.train, seed=seed))
     with _logged(out.parent / f"{out.name}.log"):
-        train(cfg, out)
+        try:
+            train(cfg, out)
+        except BaseException:
+            traceback.print_exc()  # the suite stops with its first line; the log keeps the whole
+            raise
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
 
 
@@ -183,6 +387,9 @@ def _run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val
         except FloatingPointError as e:  # a diverged run (non-finite metrics) is a result; other errors are bugs
             traceback.print_exc()
             error = f"{type(e).__name__}: {e}".splitlines()[0]
+        except BaseException:
+            traceback.print_exc()  # the suite stops with its first line; the log keeps the whole
+            raise
     record = summarize_run(out / "run", error)
     record.update(seed=seed, wall_seconds=time.perf_counter() - t, commit=commit)  # the run as `rpgrl train`
     if val_samples and error is None:
@@ -215,7 +422,13 @@ below its start"""
 
 
 def summarize_run(path: Path, error: str | None = None) -> dict[str, Any]:
-    """What the report reads of one run directory: accuracies, curves and regime metrics."""
+    """What the report reads of one run directory: accuracies, curves and regime metrics.
+
+    `error`: the run diverged (training raised FloatingPointError: its weights or metrics became NaN / inf). It
+    ended with a broken policy, so nothing it learned is usable: its `final`, `best` and `sampled` accuracies are
+    0.0, not the last evaluation before it broke (which may be its starting accuracy, and would score an arm that
+    blows up as one that stands still) nor NaN (which the report leaves out, dropping exactly the failed seeds).
+    Its `start` (the seed's warm start) is kept, and it counts as collapsed."""
     evals = _jsonl(path / "eval.jsonl")
     rows = _jsonl(path / "metrics.jsonl")
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
@@ -232,13 +445,14 @@ def summarize_run(path: Path, error: str | None = None) -> dict[str, Any]:
         vals = [r[key] for r in tail if key in r]
         return sum(vals) / len(vals) if vals else None
 
-    final_acc = final.get(M.EVAL_ACCURACY, float("nan"))
+    diverged = error is not None
+    final_acc = 0.0 if diverged else final.get(M.EVAL_ACCURACY, float("nan"))
     stopped = summary.get("stopped")
     return {
         "start": start,
         "final": final_acc,
-        "best": max((e[M.EVAL_ACCURACY] for e in during), default=float("nan")),
-        "sampled": final.get(M.EVAL_SAMPLED),
+        "best": 0.0 if diverged else max((e[M.EVAL_ACCURACY] for e in during), default=float("nan")),
+        "sampled": 0.0 if diverged else final.get(M.EVAL_SAMPLED),
         "steps": len(rows),
         "stopped": stopped,
         "error": error,

@@ -1,0 +1,230 @@
+"""The suite runner never loses a run and never leaves a worker behind: a failed run or a signal stops the suite at
+once (queued runs cancelled, workers gone, finished records kept), one suite per directory, a worker does not outlive
+its suite, a corrupted record is rerun, and a diverged run scores zero.
+
+Runs here are fakes passed as `run_fn` / `warm_fn`: top-level functions of this module, which the spawned workers
+import by name (pytest puts this folder on sys.path, and spawn passes sys.path on; the subprocess tests set
+PYTHONPATH). What a fake run does is set by its seed: below SLOW it finishes within half a second (seed 0 last),
+from SLOW it sleeps SLOW_SECONDS, from FAIL it raises at once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rpgrl.config import Config
+from rpgrl.errors import UsageError
+from rpgrl.reproduce.runner import Job, RunFailed, cached_record, config_key, run_all, run_dir, summarize_run
+from rpgrl.trainer.rundir import RunLock, lock_holder
+
+SLOW, FAIL = 100, 900
+SLOW_SECONDS = 30.0  # longer than any test waits for a stop, short enough that a regression fails in minutes
+WARM = Config()
+HERE = Path(__file__).parent
+posix_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs POSIX signals and /proc")
+
+
+def _fake_warm(cfg_dict: dict, seed: int, path: str) -> None:
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pid").write_text(f"{os.getpid()}\n")
+    (out / "summary.json").write_text("{}\n")
+
+
+def _fake_run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val_samples: int) -> dict:
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pid").write_text(f"{os.getpid()}\n")
+    if seed >= FAIL:
+        raise RuntimeError(f"boom in seed {seed}\nsecond line of the message")
+    time.sleep(SLOW_SECONDS if seed >= SLOW else 0.1 * (5 - seed))
+    record = {"seed": seed, "start": 0.5, "final": 0.5, "wall_seconds": 0.0}
+    (out / "record.json.tmp").write_text(json.dumps(record))
+    (out / "record.json.tmp").replace(out / "record.json")
+    return record
+
+
+def _jobs(seeds: list[int]) -> list[Job]:
+    return [Job(WARM, s, config_key(WARM, s)) for s in seeds]
+
+
+def _suite(out, seeds: list[int], **kw) -> dict:
+    return run_all(Path(out), WARM, _jobs(seeds), workers=2, run_fn=_fake_run, warm_fn=_fake_warm, **kw)
+
+
+def _child(out: str) -> None:
+    """The subprocess tests' suite: seed 0 finishes, then two slow runs go on while three more are queued."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if pytest runs in background
+    _suite(out, [0, *range(SLOW, SLOW + 5)])
+
+
+def _started(out: Path) -> dict[str, int]:
+    """{run directory name: PID of the worker that started it}."""
+    return {p.parent.name: int(p.read_text()) for p in out.glob("runs/*/pid")}
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie is dead: it only waits for a parent that may never reap it)."""
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    except OSError:
+        return True
+    return state != "Z"
+
+
+def _group(pgid: int) -> list[str]:
+    """The command lines of the running processes in process group `pgid` (the suite's process and its workers).
+    Multiprocessing's resource tracker is left out: not a worker, it leaves by itself once the suite's process has
+    ended (it reads until its pipe closes), a moment after."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z" and "resource_tracker" not in cmdline:
+            found.append(f"{stat.parent.name}: {cmdline}")
+    return found
+
+
+@contextlib.contextmanager
+def _child_suite(out: Path):
+    """A suite in its own process group (as a shell's job), yielded once seed 0 is done and two slow runs started.
+    On the way out whatever is left of the group is killed, so a failing test leaves no process behind."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    code = "import sys, test_runner_reliability as t; t._child(sys.argv[1])"
+    with open(out / "stderr.txt", "w") as err:  # a file, not a pipe: orphaned workers would hold a pipe open
+        proc = subprocess.Popen([sys.executable, "-c", code, str(out)], env=env, stderr=err, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (cached_record(run_dir(out, _jobs([0])[0])) is not None and len(_started(out)) >= 3):
+        assert proc.poll() is None, (out / "stderr.txt").read_text()
+        assert time.monotonic() < deadline, "the suite did not start its runs"
+        time.sleep(0.1)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_failed_run_stops_the_suite_at_once(tmp_path):
+    """The failing run is the second submitted, beside a slow first one: the error comes at once (not after the slow
+    runs), in one line naming the run, and no worker is left running a queued run."""
+    seeds = [SLOW, FAIL, SLOW + 1, SLOW + 2]
+    t = time.monotonic()
+    with pytest.raises(RunFailed) as info:
+        _suite(tmp_path, seeds)
+    assert time.monotonic() - t < SLOW_SECONDS / 2
+    message = str(info.value)
+    assert "\n" not in message and "RuntimeError: boom in seed 900" in message
+    assert run_dir(tmp_path, _jobs([FAIL])[0]).name in message
+    started = _started(tmp_path)
+    assert started and not [pid for pid in started.values() if _alive(pid)]
+    assert not list(tmp_path.glob("runs/*/record.json"))
+    assert lock_holder(tmp_path) is None
+
+
+def test_records_come_in_the_jobs_order_and_are_cached(tmp_path):
+    """on_done follows the jobs' order though later runs finish first; a second call runs nothing."""
+    seeds = [0, 1, 2, 3]  # seed 0 takes longest
+    done = []
+    records = _suite(tmp_path, seeds, on_done=lambda job, rec: done.append((job.seed, rec["seed"])))
+    assert done == [(s, s) for s in seeds]
+    assert sorted(r["seed"] for r in records.values()) == seeds
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/record.json")}
+    done.clear()
+    assert _suite(tmp_path, seeds, on_done=lambda job, rec: done.append(job.seed)) == records
+    assert done == [] and {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/record.json")} == stamps
+
+
+def test_a_second_suite_on_the_same_folder_is_refused(tmp_path):
+    with RunLock(tmp_path), pytest.raises(UsageError, match=f"PID {os.getpid()}\\)") as info:
+        _suite(tmp_path, [0])
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "warmstart").exists()
+
+
+@posix_only
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_suite_and_its_workers(tmp_path, signum):
+    """SIGTERM to the suite's process (a scheduler), SIGINT to its process group (Ctrl-C in a terminal, which the
+    workers receive too): it ends within seconds with 128 + the signal number and one line, its workers are gone and
+    no queued run starts; the finished run's record is kept. While it ran, a second suite on its folder was refused."""
+    with _child_suite(tmp_path) as proc:
+        with pytest.raises(UsageError, match=f"PID {proc.pid}\\)"):
+            _suite(tmp_path, [0, SLOW])
+        t = time.monotonic()
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        proc.wait(timeout=30)
+        assert time.monotonic() - t < 10
+        err = (tmp_path / "stderr.txt").read_text()
+        assert proc.returncode == 128 + signum, err
+        assert "Traceback" not in err and err.strip().count("\n") == 0, err
+        assert f"stopped by {signal.Signals(signum).name}: 1 of 6 runs finished" in err and "continues" in err
+        assert _group(proc.pid) == []
+    started = _started(tmp_path)
+    time.sleep(2)
+    assert _started(tmp_path) == started and len(started) <= 4  # seed 0, two slow runs, at most one more queued
+    assert [p.parent.name for p in tmp_path.glob("runs/*/record.json")] == [run_dir(tmp_path, _jobs([0])[0]).name]
+    assert lock_holder(tmp_path) is None
+
+
+@posix_only
+def test_workers_exit_when_the_suite_is_killed(tmp_path):
+    """SIGKILL (or the OOM killer) gives the suite no chance to clean up: its workers notice and exit within seconds,
+    so none runs a queued run into a folder a restarted suite now owns."""
+    with _child_suite(tmp_path) as proc:
+        started = _started(tmp_path)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _group(proc.pid) == []
+    time.sleep(2)
+    assert len(_started(tmp_path)) <= len(started) + 1  # at most the one queued run a worker took before the check
+    assert len(list(tmp_path.glob("runs/*/record.json"))) == 1
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{}", b"[]", b"null", b'"text"', b"{", b"[" * 100_000, b""])
+def test_a_record_that_is_not_a_json_object_is_missing(tmp_path, content):
+    job = _jobs([1])[0]
+    path = run_dir(tmp_path, job)
+    path.mkdir(parents=True)
+    (path / "record.json").write_bytes(content)
+    assert cached_record(path) is None
+    records = _suite(tmp_path, [1])  # the run is started again
+    assert records[path.name]["seed"] == 1 and cached_record(path)["seed"] == 1
+
+
+def test_a_diverged_run_scores_zero(tmp_path):
+    evals = [{"step": 0, "eval/accuracy": 0.4}, {"step": 10, "eval/accuracy": 0.6, "eval/sampled_accuracy": 0.5}]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "reward/mean": 0.1}) + "\n" for i in (1, 2)))
+    fine = summarize_run(tmp_path)
+    assert (fine["start"], fine["final"], fine["best"], fine["sampled"], fine["collapsed"]) == (
+        0.4,
+        0.6,
+        0.6,
+        0.5,
+        False,
+    )
+    r = summarize_run(tmp_path, "FloatingPointError: non-finite loss at step 12")
+    assert (r["start"], r["final"], r["best"], r["sampled"]) == (0.4, 0.0, 0.0, 0.0)
+    assert r["collapsed"] and r["error"].startswith("FloatingPointError")
