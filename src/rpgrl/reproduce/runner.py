@@ -239,7 +239,7 @@ class _StopOnSignals:
     A signal ignored when entering (nohup's SIGHUP, SIGINT in a background job) stays ignored, and a SIGTERM or
     SIGHUP handler someone else installed is left in place. The old handlers are restored on exit."""
 
-    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT",) if hasattr(signal, n))
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
     def __init__(self) -> None:
         self.armed = True
