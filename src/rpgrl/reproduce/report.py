@@ -247,10 +247,10 @@ def plot_claim(res: dict, path: Path) -> None:
     names = [a["name"] for a in arms]
     means = [100 * a["summary"]["final"]["mean"] if a["summary"]["final"]["n"] else 0 for a in arms]
     err = [
-        [100 * (a["summary"]["final"]["mean"] - a["summary"]["final"]["low"]) if a["summary"]["final"]["n"] else 0
-         for a in arms],
-        [100 * (a["summary"]["final"]["high"] - a["summary"]["final"]["mean"]) if a["summary"]["final"]["n"] else 0
-         for a in arms],
+        [100 * (a["summary"]["final"]["mean"] - a["summary"]["final"]["low"]) if a["summary"]["final"]["n"] > 1
+         else 0 for a in arms],
+        [100 * (a["summary"]["final"]["high"] - a["summary"]["final"]["mean"]) if a["summary"]["final"]["n"] > 1
+         else 0 for a in arms],
     ]  # fmt: skip
     ax = axes[0]
     ax.barh(range(len(arms)), means, xerr=err, color="tab:blue", alpha=0.7)
