@@ -247,16 +247,18 @@ def test_report_overwrites_only_an_earlier_report_and_its_plots(capsys, tmp_path
 
 def test_report_and_results_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """A write that fails midway (a full disk) leaves the earlier report as it was, and no temporary file."""
+    from rpgrl.trainer import checkpoint
+
     report = tmp_path / "r.md"
     report.write_text("earlier report\n")
 
-    def full_disk(self, text, *a, **k):
+    def full_disk(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(type(report), "write_text", full_disk)
+    monkeypatch.setattr(checkpoint.os, "fsync", full_disk)
     with pytest.raises(OSError):
-        reproduce_cli._write_atomic(report, "new report")
+        checkpoint.write_text_atomic(report, "new report")
     monkeypatch.undo()
     assert report.read_text() == "earlier report\n" and [q.name for q in tmp_path.iterdir()] == ["r.md"]
-    reproduce_cli._write_atomic(report, "new report")
+    checkpoint.write_text_atomic(report, "new report")
     assert report.read_text() == "new report" and [q.name for q in tmp_path.iterdir()] == ["r.md"]

@@ -148,10 +148,11 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         "header": _header(scale, seeds, jobs, runs),
         "claims": {n: claim_result(CLAIMS[n], runs.get(n, {}), base, seeds) for n in claims},
     }
-    from rpgrl.trainer.log import json_safe  # imports torch: not before the arguments are checked
+    from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
+    from rpgrl.trainer.log import json_safe
 
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "results.json", json.dumps(json_safe(results), indent=1, allow_nan=False) + "\n")
+    write_text_atomic(out / "results.json", json.dumps(json_safe(results), indent=1, allow_nan=False) + "\n")
     write_report(results, report, len(seeds))
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
@@ -188,18 +189,10 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
     for r in results["claims"].values():
         lines.append(claim_markdown(r, plots.name, n_seeds))
         plot_claim(r, plots / f"{r['name']}.png")
+    from rpgrl.trainer.checkpoint import write_text_atomic
+
     report.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(report, "\n".join(lines))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """`path` replaced by `text` in one rename: a kill or a full disk mid-write leaves the earlier file whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(report, "\n".join(lines))
 
 
 def _commits(commits: list[str]) -> str:

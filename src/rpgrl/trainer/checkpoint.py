@@ -63,14 +63,18 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically (temporary file in the same directory, fsync, os.replace)."""
+    """Replace `path` with `data` atomically (temporary file in the same directory, fsync, os.replace); on failure
+    `path` is as it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:  # a full disk mid-write leaves `path` as it was and no temporary file
+        tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
 
 
