@@ -373,6 +373,7 @@ def _warm_start(cfg_dict: dict, seed: int, path: str) -> None:
 
 
 def _run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val_samples: int) -> dict:
+    from rpgrl.trainer.checkpoint import write_text_atomic
     from rpgrl.trainer.loop import train
 
     out = Path(path)
@@ -396,9 +397,7 @@ def _run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val
         record["sampled"] = final_sampled_accuracy(cfg, out / "run" / "model", val_samples)
     for sub in ("checkpoints", "model"):
         shutil.rmtree(out / "run" / sub, ignore_errors=True)
-    tmp = out / "record.json.tmp"
-    tmp.write_text(json.dumps(record) + "\n")
-    tmp.replace(out / "record.json")
+    write_text_atomic(out / "record.json", json.dumps(record) + "\n")  # written last: the run is finished
     return record
 
 
