@@ -154,8 +154,8 @@ class StaticDecoder:
 
     def __init__(self, model, batch: int, length: int, whole_cache: bool = False):
         """whole_cache: for `forward_at`, which reads every slot: the cache starts zeroed (a masked key still
-        multiplies its value by 0, and uninitialised memory may hold NaN), and the products stay off oneDNN's
-        reordered weights, which torch.compile cannot trace."""
+        multiplies its value by 0, and uninitialised memory may hold NaN), and oneDNN's products run through the
+        `rpgrl::onednn_*` custom ops, which torch.compile calls as they are (kernel 'onednn_op')."""
         cfg, core = model.config, model.model
         self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
@@ -174,7 +174,7 @@ class StaticDecoder:
         self.sin = sin[0][:, None] * scale * _half_signs(self.hd, dtype, dev)  # rotate_half's signs folded in
         self.bias = torch.zeros(batch, length, dtype=dtype, device=dev)  # -inf at the keys a row may not attend to
         self.softmax_dtype = torch.promote_types(dtype, torch.float32)  # attention weights in float32 or wider
-        self.kernel = _kernel(cfg.hidden_size, dtype, dev, onednn=not whole_cache)
+        self.kernel = _kernel(cfg.hidden_size, dtype, dev, traced=whole_cache)
         self.new_cache = torch.zeros if whole_cache else torch.empty
         self.layers = [self._layer(layer, batch, length) for layer in core.layers]
         self.filled = 0
@@ -317,17 +317,18 @@ class StaticDecoder:
         return _residual(x, act, L.wd, None, self.kernel)
 
 
-def _kernel(hidden: int, dtype: torch.dtype, device: torch.device, onednn: bool = True) -> str:
-    """How the layer products run: 'onednn' (reordered weights), 'weight_left' (w @ x^T) or 'rows' (x @ w^T)."""
-    if onednn and hidden >= ONEDNN_MIN_HIDDEN and onednn_available(dtype, device):  # the probe costs ~1 s once
-        return "onednn"
+def _kernel(hidden: int, dtype: torch.dtype, device: torch.device, traced: bool = False) -> str:
+    """How the layer products run: 'onednn' (reordered weights), 'onednn_op' (the same through custom ops that
+    torch.compile traces), 'weight_left' (w @ x^T) or 'rows' (x @ w^T)."""
+    if hidden >= ONEDNN_MIN_HIDDEN and onednn_available(dtype, device):  # the probe costs ~1 s once
+        return "onednn_op" if traced else "onednn"
     return "weight_left" if hidden >= WEIGHT_LEFT_MIN_HIDDEN else "rows"
 
 
 def _pack(w: Tensor, kernel: str, rows: int) -> Tensor:
     """The weight w (M, K) as the products of `kernel` take it: reordered into oneDNN's layout for `rows` rows (any
     row count still works), else w itself."""
-    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) if kernel == "onednn" else w
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) if kernel.startswith("onednn") else w
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None, kernel: str) -> Tensor:
@@ -335,6 +336,8 @@ def _linear(x: Tensor, w: Tensor, b: Tensor | None, kernel: str) -> Tensor:
     transposed (a column-major view); 'onednn': w reordered by `_pack`."""
     if kernel == "onednn":
         return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+    if kernel == "onednn_op":
+        return onednn_linear(x, w, b, w.shape[0])
     if kernel == "rows":
         return F.linear(x, w, b)
     return (torch.mm(w, x.t()) if b is None else torch.addmm(b[:, None], w, x.t())).t()
@@ -345,6 +348,31 @@ def _residual(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None, kernel: str) ->
     sum post-op; the addmm for rows without a bias), or after it (the sum takes x's layout)."""
     if kernel == "onednn":
         return torch.ops.mkldnn._linear_pointwise.binary(a, x, w, b, "add")
+    if kernel == "onednn_op":
+        return onednn_residual(x, a, w, b)
     if kernel == "rows":
         return torch.addmm(x, a, w.t()) if b is None else x + torch.addmm(b, a, w.t())
     return x + _linear(a, w, b, kernel)
+
+
+@torch.library.custom_op("rpgrl::onednn_linear", mutates_args=())
+def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None, out_features: int) -> Tensor:
+    """x (N, K) @ w^T (+ b) with w reordered by `_pack`: (N, out_features). A custom op, so torch.compile calls it
+    as it is (Inductor's own lowering of the oneDNN product wants the weight to be a frozen constant)."""
+    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+
+
+@onednn_linear.register_fake
+def _(x: Tensor, w: Tensor, b: Tensor | None, out_features: int) -> Tensor:
+    return x.new_empty(x.shape[0], out_features)
+
+
+@torch.library.custom_op("rpgrl::onednn_residual", mutates_args=())
+def onednn_residual(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x + a @ w^T (+ b), w reordered by `_pack` (oneDNN's sum post-op), as `onednn_linear` for torch.compile."""
+    return torch.ops.mkldnn._linear_pointwise.binary(a, x, w, b, "add")
+
+
+@onednn_residual.register_fake
+def _(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    return torch.empty_like(x)
