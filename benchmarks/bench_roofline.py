@@ -412,9 +412,9 @@ def step_seconds(arch: dict, g: int, new_tokens: int, reps: int) -> float:
 def decode_profile(arch: dict, steps: int = 16) -> dict:
     """One static-cache decode loop (G x PROMPTS_PER_STEP rows, `steps` steps after the prefill) timed eager and as
     decode="compiled" runs it (`forward_at` under torch.compile: static shapes, C++ wrapper, on a whole-cache
-    decoder, whose products stay off oneDNN), per step; `products`: the weight products' share of the whole eager
-    loop, the decoder's build (its weight reorders) and the prefill included (`product_share`: a fresh cache per
-    call)."""
+    decoder, whose oneDNN products are the `rpgrl::onednn_*` custom ops), per step; `products`: the weight
+    products' share of the whole eager loop, the decoder's build (its weight reorders) and the prefill included
+    (`product_share`: a fresh cache per call)."""
     import torch
     from torch._inductor import config as inductor_config
 
@@ -708,7 +708,8 @@ def markdown(info: dict) -> str:
         f"{n}: weight products {d['products']['share']:.0%} of the loop's time (build and prefill included), so "
         "at most "
         f"x{d['max_speedup_at_these_gemm_rates']:.2f} from everything else; eager {d['eager_ms_per_step']:.2f} "
-        f"ms/step, compiled as decode='compiled' runs it (static shapes, C++ wrapper, no oneDNN) "
+        f"ms/step, compiled as decode='compiled' runs it (static shapes, C++ wrapper, the eager step's oneDNN "
+        "products as custom ops) "
         f"{d['compiled_ms_per_step']:.2f} ms/step after a {d['compile_first_loop_s']:.0f} s first loop"
         for n, d in info["decode_profile"].items()
     ]
