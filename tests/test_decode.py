@@ -380,7 +380,7 @@ def test_compiled_sampling_draws_what_the_static_path_draws(tok):
 def test_compiled_sampling_on_onednn_draws_what_the_static_path_draws(tok, monkeypatch, name):
     """decode="compiled" with oneDNN's products (reordered weights, called through the `rpgrl::onednn_*` custom ops
     inside the graph) against decode="static" on them: the same tokens, log-probs to float rounding, and the
-    update's forward agrees; a second call runs the same graph on the next call's freshly reordered weights."""
+    update's forward agrees; twice, the second call on freshly reordered weights."""
     _needs_a_compiler()
     _kernels(monkeypatch, "onednn")
     model = dict(models(tok))[name]
