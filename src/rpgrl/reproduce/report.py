@@ -245,13 +245,12 @@ def plot_claim(res: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
     arms = res["arms"]
     names = [a["name"] for a in arms]
-    means = [100 * a["summary"]["final"]["mean"] if a["summary"]["final"]["n"] else 0 for a in arms]
-    err = [
-        [100 * (a["summary"]["final"]["mean"] - a["summary"]["final"]["low"]) if a["summary"]["final"]["n"] > 1
-         else 0 for a in arms],
-        [100 * (a["summary"]["final"]["high"] - a["summary"]["final"]["mean"]) if a["summary"]["final"]["n"] > 1
-         else 0 for a in arms],
-    ]  # fmt: skip
+    finals = [a["summary"]["final"] for a in arms]
+    means = [100 * f["mean"] if f["n"] else 0 for f in finals]
+    err = [  # no bar for one seed: its t interval is NaN
+        [100 * (f["mean"] - f["low"]) if f["n"] > 1 else 0 for f in finals],
+        [100 * (f["high"] - f["mean"]) if f["n"] > 1 else 0 for f in finals],
+    ]
     ax = axes[0]
     ax.barh(range(len(arms)), means, xerr=err, color="tab:blue", alpha=0.7)
     starts = [a["summary"]["start"]["mean"] for a in arms if a["summary"]["start"]["n"]]

@@ -165,9 +165,9 @@ def run_all(
             }
 
             def done(f: Future) -> None:
-                records[run_dir(out, futures[f]).name] = f.result()
+                record = records[run_dir(out, futures[f]).name] = f.result()
                 if on_done is not None:
-                    on_done(futures[f], f.result())
+                    on_done(futures[f], record)
 
             _gather(futures, lambda f: f"run {run_dir(out, futures[f])}", done)
             pool.close()
