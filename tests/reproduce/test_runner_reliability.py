@@ -83,10 +83,15 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+PF_EXITING = 0x4
+"""/proc/PID/stat's flags bit for a process whose exit has begun (its memory, and so its command line, already gone)"""
+
+
 def _group(pgid: int) -> list[str]:
     """The command lines of the running processes in process group `pgid` (the suite's process and its workers).
     Multiprocessing's resource tracker is left out: not a worker, it leaves by itself once the suite's process has
-    ended (it reads until its pipe closes), a moment after."""
+    ended (it reads until its pipe closes), a moment after. So is a process already exiting (PF_EXITING; a CI run
+    caught the resource tracker there, with an empty command line): it runs no more code of ours."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -94,7 +99,8 @@ def _group(pgid: int) -> list[str]:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z" and "resource_tracker" not in cmdline:
+        exiting = fields[0] == "Z" or int(fields[6]) & PF_EXITING
+        if int(fields[2]) == pgid and not exiting and "resource_tracker" not in cmdline:
             found.append(f"{stat.parent.name}: {cmdline}")
     return found
 
