@@ -13,14 +13,31 @@ from rpgrl.trainer.rundir import Interrupted, StopSignals
 
 
 def test_first_signal_is_a_request_second_is_not_caught(capfd):
-    before = signal.getsignal(signal.SIGINT)
-    with StopSignals() as stop:
-        os.kill(os.getpid(), signal.SIGTERM)
-        assert stop.received == signal.SIGTERM  # the process lives on
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)  # second signal: Python's own handler again
-    assert signal.getsignal(signal.SIGINT) is before
+    # Python's own SIGINT handler, as in a terminal: a shell's background job (pytest run with `&`) starts with
+    # SIGINT ignored, and the second signal must then be ignored again, not raise.
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.received == signal.SIGTERM  # the process lives on
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)  # second signal: Python's own handler again
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
     assert "SIGTERM: stopping at the end of this step" in capfd.readouterr().err
+
+
+def test_a_second_signal_ignored_before_stays_ignored():
+    outer = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.received == signal.SIGINT
+            os.kill(os.getpid(), signal.SIGINT)  # SIG_IGN restored: nothing happens
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_signal_before_the_first_step_saves_and_stops(tmp_path):
