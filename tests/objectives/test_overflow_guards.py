@@ -201,3 +201,41 @@ def test_advantages_beyond_the_dtype_raise():
 def test_whiten_checks_its_inputs(values, mask, match):
     with pytest.raises(ValueError, match=match):
         whiten(values, mask)
+
+
+@pytest.mark.parametrize("shift", [-0.3, 0.3, -2.0])  # log rho per token; x 400 tokens: about -120, +120, -800
+@pytest.mark.parametrize("clip", ["dual", None])
+@pytest.mark.parametrize("style", ["reinforce", "differentiable"])
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+def test_sequence_level_anchor_far_from_the_sampler_in_float32(divergence, style, clip, shift):
+    """Sequence level, a separate anchor: log rho sums over ~400 tokens to about +-120 (float32's exp over- or
+    underflows) or -800 (float64's too), while w stays near 1. Where rho underflowed as u overflowed, rho * u
+    phi'(u) and rho phi(u) were 0 * inf = NaN and a loss that fits float32 was refused. Reference: the same call in
+    float64 (where exp(+-120) is representable; at -800 the float64 call takes the same rewritten forms). Either
+    float32 agrees with it (loss and gradient), or the float64 loss itself lies beyond float32's range and float32
+    raises LossOverflow."""
+    gen = torch.Generator().manual_seed(7)
+    B, T = 3, 400
+    old = -2 * torch.rand(B, T, generator=gen, dtype=torch.float64)
+    logp = old + 1e-3 * torch.randn(B, T, generator=gen, dtype=torch.float64)
+    anchor = old + shift + 1e-2 * torch.randn(B, T, generator=gen, dtype=torch.float64)
+    mask = torch.ones(B, T)
+    mask[1, 300:] = 0
+    adv = torch.randn(B, generator=gen, dtype=torch.float64)
+    kw = dict(divergence=divergence, style=style, beta=1e-3, level="sequence", clip=clip)
+
+    def run(dtype):
+        lp = logp.to(dtype).clone().requires_grad_()
+        out = rpg_loss(lp, old.to(dtype), adv.to(dtype), mask, anchor_logp=anchor.to(dtype), **kw)
+        out.loss.backward()
+        assert all(torch.isfinite(v).all() for v in out.metrics.values()), out.metrics
+        return out.loss.item(), lp.grad.double()
+
+    ref_loss, ref_grad = run(torch.float64)
+    if abs(ref_loss) > 1e30:
+        with pytest.raises(LossOverflow, match="log rho"):
+            run(torch.float32)
+        return
+    loss, grad = run(torch.float32)
+    assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-9)
+    assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-4 * ref_grad.abs().max().item())

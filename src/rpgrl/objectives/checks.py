@@ -23,8 +23,10 @@ def check_tensors(
     *,
     loss: str,
     per_response_advantages: bool = False,
+    allow_empty_rows: bool = False,
 ) -> torch.Tensor:
-    """Types, shapes, dtypes, mask values and empty responses. Returns the boolean mask (B, T).
+    """Types, shapes, dtypes, mask values and empty responses (refused unless `allow_empty_rows`). Returns the boolean
+    mask (B, T).
 
     Shapes: logp, old_logp, mask and every tensor in `others` (e.g. anchor_logp, ref_logp; None = not given): (B, T);
     advantages (B,) or (B, T), only (B,) with `per_response_advantages`. logp is float32 or float64 and the other
@@ -52,10 +54,10 @@ def check_tensors(
         raise ValueError(f"advantages has shape {tuple(advantages.shape)}: must be (B,) or (B, T) = {(B, T)}")
     if per_response_advantages and advantages.dim() == 2:
         raise ValueError("level='sequence' needs one advantage per response: advantages of shape (B,), got (B, T)")
-    return _bool_mask(mask)
+    return _bool_mask(mask, allow_empty_rows)
 
 
-def _bool_mask(mask: torch.Tensor) -> torch.Tensor:
+def _bool_mask(mask: torch.Tensor, allow_empty_rows: bool = False) -> torch.Tensor:
     if mask.dtype == torch.bool:
         mask_b = mask
     else:
@@ -63,7 +65,7 @@ def _bool_mask(mask: torch.Tensor) -> torch.Tensor:
             raise ValueError("mask must be bool or contain only 0 and 1")
         mask_b = mask != 0
     has_tok = mask_b.any(-1)
-    if not bool(has_tok.all()):
+    if not allow_empty_rows and not bool(has_tok.all()):
         row = int((~has_tok).nonzero()[0, 0])
         raise ValueError(f"mask row {row} is all zero (a response with no tokens); drop it from the batch")
     return mask_b

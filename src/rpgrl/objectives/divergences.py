@@ -27,6 +27,8 @@ estimators of one gradient, not different regularisers (docs/paper-notes.md).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rpgrl.options import DIVERGENCES  # noqa: F401 (declared with the other RPG options)
@@ -90,11 +92,52 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
     return log_u - 1 + inv_u  # urkl
 
 
+def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+    """rho * u * phi'(u) written with w = rho u and rho, never their product: where rho underflows and u overflows
+    (a sequence-level log-ratio summed over a long response, |log rho| past ~88 in float32) rho * (u phi'(u)) is
+    0 * inf = NaN, while fkl -rho, rkl w (log u + 1), ufkl w - rho and urkl w log u are finite. Not a drop-in
+    for the direct product in general: where both are finite they differ by rounding (callers use it where the
+    direct product is not finite). Shapes: any, log_u and log_rho alike."""
+    _check(divergence)
+    rho = torch.exp(log_rho)
+    if divergence == "fkl":
+        return -rho
+    w = torch.exp(log_u + log_rho)
+    if divergence == "rkl":
+        return w * (log_u + 1)
+    return w - rho if divergence == "ufkl" else w * log_u
+
+
+def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+    """rho * phi(u), differentiable in `log_u` (`log_rho` constant): the separate KL term of the differentiable
+    surrogate with an anchor that is not the sampler. Where the direct product is not finite (rho underflows while u
+    overflows, or the reverse: |log rho| past ~88 in float32 at sequence level) the term is written in w = rho u and
+    rho as in `regularizer`, each form evaluated only on its own units, so neither backward meets inf * 0. Where
+    every unit's direct product is finite, it is exactly `exp(log_rho) * phi(log_u)`. Shapes: any, alike."""
+    with torch.no_grad():
+        ok = torch.isfinite(torch.exp(log_rho) * phi(divergence, log_u.detach()))
+    if bool(ok.all()):
+        return torch.exp(log_rho) * phi(divergence, log_u)
+    zero = torch.zeros_like(log_u)
+    direct = torch.exp(torch.where(ok, log_rho, 0.0)) * phi(divergence, torch.where(ok, log_u, zero))
+    lu, lr = torch.where(ok, zero, log_u), torch.where(ok, 0.0, log_rho)  # phi(1) = 0 on the direct form's units
+    rho, w = torch.exp(lr), torch.exp(lu + lr)
+    if divergence == "fkl":
+        alt = -rho * lu
+    elif divergence == "rkl":
+        alt = w * lu
+    else:
+        alt = w - rho * (1 + lu) if divergence == "ufkl" else w * (lu - 1) + rho
+    return torch.where(ok, direct, alt)
+
+
 def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | None = None) -> torch.Tensor:
     """rho * phi(u): the per-sample divergence term of the differentiable surrogate; its mean under the sampler is D.
 
     `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1). For reporting: written
-    so that it is never NaN (an overflowing term is +inf, e.g. urkl as u (log u - 1) + 1, not inf - inf)."""
+    so that it is never NaN (an overflowing term is +inf, e.g. urkl as u (log u - 1) + 1, not inf - inf). Where rho
+    underflows while u overflows (0 * inf) the term is taken in w = rho u and rho: ufkl w - rho (1 + log u), rkl
+    w log u, urkl w (log u - 1) + rho."""
     _check(divergence)
     if divergence == "fkl":
         val = -log_u
@@ -105,4 +148,15 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
         val = u * log_u if divergence == "rkl" else u * (log_u - 1) + 1
     if log_rho is None:
         return val
-    return torch.where(val == 0, 0.0, torch.exp(log_rho) * val)  # rho = inf times phi(1) = 0 is 0, not NaN
+    rho = torch.exp(log_rho)
+    out = torch.where(val == 0, 0.0, rho * val)  # rho = inf times phi(1) = 0 is 0, not NaN
+    nan = torch.isnan(out)
+    if not bool(nan.any()):
+        return out
+    w = torch.exp(log_u + log_rho)
+    if divergence == "ufkl":
+        alt = w - rho * (1 + log_u)
+    else:
+        alt = w * log_u if divergence == "rkl" else w * (log_u - 1) + rho
+    # still NaN: w and rho both overflow (inf - inf), a term of ufkl/urkl, both >= 0: +inf
+    return torch.where(nan, torch.nan_to_num(alt, nan=math.inf, posinf=math.inf, neginf=-math.inf), out)

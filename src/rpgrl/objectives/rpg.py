@@ -142,14 +142,18 @@ def rpg_loss(
     loss = aggregate_rows(row_loss, r.mask, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
     if not torch.isfinite(loss) or (style == "differentiable" and not _gradient_weight_finite(r, o)):
         what = f"loss = {loss.item()}" if not torch.isfinite(loss) else "its gradient"
+        rho = "" if r.log_rho is None else f", log rho = log(pi_anchor / pi_old) in {_span(r.log_rho)}"
         raise LossOverflow(
-            f"rpg_loss overflowed ({what}, log w per {level} in [{r.log_w.min().item():.6g}, "
-            f"{r.log_w.max().item():.6g}]): a ratio is too extreme to represent; use clip='dual', smaller steps or "
-            "max_log_w"
+            f"rpg_loss overflowed ({what}, log w per {level} in {_span(r.log_w)}{rho}): a ratio is too extreme to "
+            "represent; use clip='dual', smaller steps or max_log_w" + (", or a fresher anchor" if rho else "")
         )
     clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
     r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
+
+
+def _span(x: torch.Tensor) -> str:
+    return f"[{x.min().item():.6g}, {x.max().item():.6g}]"
 
 
 @dataclass
@@ -240,7 +244,10 @@ def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
         weight = torch.exp(r.log_w) * r.adv if reward else torch.zeros_like(r.log_w)
         if kl:
             c = dv.u_dphi(o.divergence, r.log_u).mul_(o.beta)
-            weight = weight - (c if r.log_rho is None else c * torch.exp(r.log_rho))
+            if r.log_rho is not None:
+                c = c * torch.exp(r.log_rho)
+                c = torch.where(torch.isfinite(c), c, o.beta * dv.rho_u_dphi(o.divergence, r.log_u, r.log_rho))
+            weight = weight - c
         return bool(torch.isfinite(weight).all())  # padding: log w = log u = 0 and A = 0 there, finite
 
 
@@ -291,11 +298,10 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         kl_unit, clamped = _clamped_kl(divergence, log_u, log_rho, o.kl_value_clamp)
         with torch.no_grad():
             metrics["clip/frac_kl_clamp"] = r.unit_mean(clamped)
+    elif sep_kl and log_rho is not None:
+        kl_unit = dv.rho_phi(divergence, log_u, log_rho)
     elif sep_kl:
-        u = w if (w is not None and log_rho is None) else torch.exp(log_u)
-        kl_unit = dv.phi(divergence, log_u, u)
-        if log_rho is not None:
-            kl_unit = torch.exp(log_rho) * kl_unit
+        kl_unit = dv.phi(divergence, log_u, w)
     add_kl = kl_unit is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
@@ -346,7 +352,11 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
 
     def kl_part(lu: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # C = -beta rho u phi'(u)
         cc = dv.u_dphi(divergence, lu, u).mul_(-beta)
-        return cc if rho is None else cc.mul_(rho)
+        if rho is None:
+            return cc
+        cc = cc.mul_(rho)
+        bad = ~torch.isfinite(cc)  # rho underflowed while u overflowed (0 * inf): in w and rho instead
+        return torch.where(bad, dv.rho_u_dphi(divergence, lu, log_rho).mul_(-beta), cc) if bool(bad.any()) else cc
 
     if clip == "truncate":
         log_wc = log_w.clamp(b.log_lo, b.log_hi)
