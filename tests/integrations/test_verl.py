@@ -277,6 +277,46 @@ def test_fully_masked_rows_contribute_nothing(base_actor, agg):
     assert grad[2].abs().sum() == 0
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("empty_rows", [[2], [0, 1, 2, 3]])
+def test_padding_holding_inf_or_nan_never_reaches_loss_or_gradient(base_actor, level, empty_rows):
+    """Padding may hold anything (a model's log-prob of a pad token can be -inf, a masked advantage NaN): a batch
+    with empty rows used to build its zeros as logp * 0 (NaN at -inf), and level=sequence averaged verl's
+    advantages as adv * mask (NaN * 0). Loss and gradient equal those of the same batch with clean padding."""
+    config = actor_with(base_actor, clip="dual", level=level)
+    logp, old, adv, mask = random_batch(seed=12)
+    mask[empty_rows] = False
+    mask[1, -2:] = False  # and some padding at the end of a kept row
+    clean = verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv * mask, mask, "token-mean", config)
+    dirty_logp, dirty_adv = logp.detach().clone(), adv.clone()
+    dirty_logp[~mask] = -math.inf
+    dirty_adv[~mask] = math.nan
+    dirty_logp.requires_grad_(True)
+    loss, grad, metrics = verl_loss_and_grad("rpg_urkl_reinforce", dirty_logp, old, dirty_adv, mask, "token-mean",
+                                             config)  # fmt: skip
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    torch.testing.assert_close(loss, clean[0], rtol=0, atol=0)
+    torch.testing.assert_close(grad, clean[1], rtol=0, atol=0)
+    assert sorted(metrics) == sorted(clean[2])
+
+
+def test_the_shared_helper_checks_its_inputs_even_with_empty_rows():
+    """With an empty row the helper indexes by row: a wrong shape or type got an IndexError or AttributeError, and a
+    micro-batch with no valid token was not checked at all. Now rpg_loss's own one-line messages."""
+    from rpgrl.integrations._common import rpg_loss_nonempty
+
+    logp, old, adv, mask = random_batch(seed=13)
+    for rows in ([2], slice(None)):
+        m = mask.clone()
+        m[rows] = False
+        with pytest.raises(ValueError, match="advantages has shape"):
+            rpg_loss_nonempty(logp, old, torch.zeros(mask.shape[0] + 1, dtype=logp.dtype), m)
+        with pytest.raises(ValueError, match="old_logp has shape"):
+            rpg_loss_nonempty(logp, old[:, :-1], adv, m)
+        with pytest.raises(ValueError, match="mask must be a torch.Tensor"):
+            rpg_loss_nonempty(logp, old, adv, m.tolist())
+
+
 @pytest.mark.parametrize("mode", ["rpg_urkl_reinforce", "rpg_rkl_differentiable"])
 def test_an_all_masked_micro_batch_reports_the_same_metrics(base_actor, mode):
     """verl gathers each micro-batch's metrics over data-parallel ranks and needs the same names everywhere

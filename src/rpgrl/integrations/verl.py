@@ -143,9 +143,9 @@ def _normalizer(agg: str, batch: dict[str, Any]) -> float | torch.Tensor | None:
 
 def _sequence_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """verl's (B, T) outcome advantages -> (B,): the value each response carries on its tokens. (B, T) -> (B,)"""
-    m = mask.to(advantages.dtype)
-    per_seq = (advantages * m).sum(-1) / m.sum(-1).clamp(min=1)  # (B,)
-    spread = ((advantages - per_seq[:, None]).abs() * m).amax()
+    m, on = mask.to(advantages.dtype), mask.bool()
+    per_seq = torch.where(on, advantages, 0.0).sum(-1) / m.sum(-1).clamp(min=1)  # (B,); padding may hold anything
+    spread = torch.where(on, (advantages - per_seq[:, None]).abs(), 0.0).amax()
     if spread > 1e-6 * (1 + per_seq.abs().amax()):
         raise ValueError(
             "level=sequence needs one advantage per response, but verl's advantages vary along the response "
