@@ -68,13 +68,16 @@ def test_corrected_k3_whose_backward_overflows_under_a_finite_loss_raises():
 
 @pytest.mark.parametrize("kl", ["k1", "k3", "k3_corrected"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_ppo_kl_terms_never_give_a_finite_loss_with_a_non_finite_gradient(kl, dtype):
+@pytest.mark.parametrize("beta, normalizer", [(1.0, None), (1.5, None), (1e-3, 2.0**-20), (4.0, 0.5)])
+def test_ppo_kl_terms_never_give_a_finite_loss_with_a_non_finite_gradient(kl, dtype, beta, normalizer):
+    """beta 1.5: backward multiplies beta into k3(x) first, which overflowed at x = 88.5 in float32 although the loss
+    and the gradient fit (the guard took beta as 1)."""
     for log_w in torch.linspace(-800.0, 800.0, 161, dtype=torch.float64).tolist():
         for x in (-100.0, -0.5, 0.0, 0.5, 80.0, 88.5, 100.0, 700.0, 709.5):
             lp = _one(-1.0, dtype, grad=True)
             try:
                 out = ppo_loss(lp, _one(-1.0 - log_w, dtype), torch.tensor([0.0], dtype=dtype), torch.ones(1, 1),
-                               kl=kl, beta=1.0, ref_logp=_one(-1.0 + x, dtype))  # fmt: skip
+                               kl=kl, beta=beta, ref_logp=_one(-1.0 + x, dtype), normalizer=normalizer)  # fmt: skip
             except ValueError:
                 continue
             out.loss.backward()

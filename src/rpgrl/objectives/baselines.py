@@ -112,7 +112,8 @@ def ppo_loss(
         raise LossOverflow(
             f"ppo_loss overflowed (loss = {loss.item()}): an advantage or the KL term is too large to represent"
         )
-    if kl == "k3_corrected" and not _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped):
+    scale = beta * max(1.0, 1.0 / float(normalizer)) if normalizer is not None else beta  # aggregation weights <= 1/n
+    if kl == "k3_corrected" and not _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped, scale):
         raise LossOverflow(
             "ppo_loss overflowed (the gradient of the corrected KL term w * k3(pi_anchor / pi_theta)): pi_anchor / "
             "pi_old is too large to represent; set kl_clamp, or take smaller steps"
@@ -180,13 +181,16 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
     return torch.where(clamped, fill, term(torch.where(clamped, anchor, logp))), clamped
 
 
-def _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped) -> bool:
+def _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped, scale: float) -> bool:
     """Whether backward of w * k3(x), w = exp(logp - old_logp), x = anchor - logp, stays finite where the term is
     not clamped: its gradient w (logp - anchor) is reached through the factor w exp(x) = pi_anchor / pi_old, which
-    overflows (inf - inf) before the gradient itself does. Padding holds 0 in all three. Shapes: (B, T)."""
+    overflows (inf - inf) before the gradient itself does. `scale` bounds what reaches each term from the loss (beta
+    times the largest aggregation weight): backward multiplies it into k3(x) and w first, so beta k3(x) can overflow
+    where k3(x) does not. Padding holds 0 in all three. Shapes: (B, T)."""
     with torch.no_grad():
         lp, a, o = logp.detach(), anchor, old_logp
-        ok = torch.isfinite(torch.exp(a - o)) & torch.isfinite(torch.exp(lp - o) * (lp - a))
+        ok = torch.isfinite(torch.exp(a - o) * scale) & torch.isfinite(torch.exp(lp - o) * (lp - a) * scale)
+        ok &= torch.isfinite(torch.expm1(a - lp) * scale)
         return bool((ok if clamped is None else ok | clamped).all())
 
 
