@@ -242,3 +242,28 @@ def test_sequence_level_anchor_far_from_the_sampler_in_float32(divergence, style
     loss, grad = run(torch.float32)
     assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-9)
     assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-4 * ref_grad.abs().max().item())
+
+
+@pytest.mark.parametrize("x", [89.0, 100.0, 150.0])
+@pytest.mark.parametrize("which", ["grpo_corrected", "reverse", "forward"])
+def test_a_weight_that_underflows_under_a_k3_that_overflows(which, x):
+    """float32: the weight e^{log w} underflows to 0 while k3 = e^x - 1 - x overflows to inf, and their product
+    (about e^{log w + x}, here near 1) came out 0 * inf = NaN. Reference: float64, where both factors fit."""
+    lw = 1.0 - x  # the product is about e^1
+
+    def run(dtype):
+        t = lambda v: torch.tensor([v], dtype=dtype)  # noqa: E731
+        lp = t(-1.0).requires_grad_()
+        if which == "grpo_corrected":  # w = pi/pi_old, r = pi_ref/pi
+            out = grpo_kl_term(lp, t(-1.0 + x), t(-1.0 - lw), corrected=True)
+        elif which == "reverse":
+            out = anchored_kl_term(lp, t(-1.0 + x), t(-1.0 - lw), direction="reverse")
+        else:  # weight rho = pi_a/pi_s, r = pi/pi_a
+            out = anchored_kl_term(lp, t(-1.0 - x), t(-1.0 - x - lw), direction="forward")
+        out.sum().backward()
+        return out.item(), lp.grad.item()
+
+    (v32, g32), (v64, g64) = run(torch.float32), run(torch.float64)
+    assert math.isfinite(v32) and math.isfinite(g32)
+    assert v32 == pytest.approx(v64, rel=1e-5)
+    assert g32 == pytest.approx(g64, rel=1e-4, abs=1e-6 * abs(v64))

@@ -36,7 +36,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors
-from rpgrl.objectives.kl import grpo_kl_term, k3
+from rpgrl.objectives.kl import grpo_kl_term, k3, log_form_units
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
@@ -191,6 +191,11 @@ def _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped, scale: float)
         lp, a, o = logp.detach(), anchor, old_logp
         ok = torch.isfinite(torch.exp(a - o) * scale) & torch.isfinite(torch.exp(lp - o) * (lp - a) * scale)
         ok &= torch.isfinite(torch.expm1(a - lp) * scale)
+        # where the term was taken in log space (w underflowed under k3 = inf) backward forms neither factor: its
+        # gradient is the term times (1 - d log k3 / dx), less than twice the term in size
+        log_form = log_form_units(lp - o, a - lp)
+        if bool(log_form.any()):
+            ok = torch.where(log_form, torch.isfinite(2 * scale * grpo_kl_term(lp, a, o, corrected=True)), ok)
         return bool((ok if clamped is None else ok | clamped).all())
 
 

@@ -69,10 +69,9 @@ def grpo_kl_term(
     if corrected and old_logp.shape != logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
     logp, ref_logp, old_logp = _unmasked(mask, logp, ref_logp, old_logp)
-    term = k3(ref_logp - logp)  # r = pi_ref / pi_theta
     if not corrected:
-        return term
-    return _times_w(logp - old_logp, term)
+        return k3(ref_logp - logp)  # r = pi_ref / pi_theta
+    return _times_w(logp - old_logp, ref_logp - logp)
 
 
 def anchored_kl_term(
@@ -104,15 +103,41 @@ def anchored_kl_term(
         raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
     logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
     if direction == "reverse":
-        return _times_w(logp - sampler_logp, k3(anchor_logp - logp))
-    return _times_w(anchor_logp - sampler_logp, k3(logp - anchor_logp))
+        return _times_w(logp - sampler_logp, anchor_logp - logp)
+    return _times_w(anchor_logp - sampler_logp, logp - anchor_logp)
 
 
-def _times_w(log_w: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
-    """exp(log_w) * term, and 0 (value and gradient) where term is 0: there the product is 0 whatever w is, while
-    w = inf would give inf * 0 = NaN in the value and in backward."""
+def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
+    """exp(log_w) * k3(log_r), and 0 (value and gradient) where k3 is 0: there the product is 0 whatever w is, while
+    w = inf would give inf * 0 = NaN in the value and in backward. Where w underflows (0 or denormal) while k3
+    overflows (log_r = x past ~88 in float32) the product is taken in log space, exp(log_w + x + log1p(-(1 + x)
+    e^-x)), finite wherever the product is; that branch sees only those units, so neither backward meets inf * 0.
+    Elsewhere exactly exp(log_w) * k3(log_r). Shapes: any, alike."""
+    term = k3(log_r)
     zero = term == 0
-    return torch.exp(torch.where(zero, 0.0, log_w)) * term
+    direct = torch.exp(torch.where(zero, 0.0, log_w)) * term
+    bad = log_form_units(log_w, log_r)
+    if not bool(bad.any()):
+        return direct
+    ok_w, ok_r = torch.where(bad | zero, 0.0, log_w), torch.where(bad, 0.0, log_r)
+    direct = torch.exp(ok_w) * k3(ok_r)  # as above on the other units; k3(0) = 0 on the log form's
+    big_r, big_w = torch.where(bad, log_r, 2.0), torch.where(bad, log_w, 0.0)
+    return torch.where(bad, torch.exp(big_w + _log_k3(big_r)), direct)
+
+
+def log_form_units(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
+    """Where `_times_w` takes the log form (bool, shape of the inputs): exp(log_w) * k3(log_r) is not finite while
+    log_r > 1 (w, 0 or denormal, times k3 = inf), where the log form is accurate ((1 + x) e^-x <= 2/e); a w that
+    overflows itself is left to the caller's overflow check. Its backward never forms w * k3'(x) or w e^x."""
+    with torch.no_grad():
+        return ~torch.isfinite(torch.exp(log_w) * k3(log_r)) & (log_r > 1)
+
+
+def _log_k3(x: torch.Tensor) -> torch.Tensor:
+    """log k3(x) = log(e^x - 1 - x) = x + log1p(-(1 + x) e^-x), for x > 1 (no overflow of e^x). (1 + x) e^-x is
+    taken as exp(log1p(x) - x): backward then multiplies the incoming gradient by the small factor first, where
+    (1 + x) times a large gradient overflowed before e^-x = 0 (inf * 0 = NaN)."""
+    return x + torch.log1p(-torch.exp(torch.log1p(x) - x))
 
 
 def _unmasked(mask: torch.Tensor | None, *logps: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
