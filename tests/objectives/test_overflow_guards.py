@@ -267,3 +267,22 @@ def test_a_weight_that_underflows_under_a_k3_that_overflows(which, x):
     assert math.isfinite(v32) and math.isfinite(g32)
     assert v32 == pytest.approx(v64, rel=1e-5)
     assert g32 == pytest.approx(g64, rel=1e-4, abs=1e-6 * abs(v64))
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("log_u, log_rho", [(-50.0, 100.0), (50.0, -100.0), (120.0, -125.0), (-120.0, 118.0)])
+def test_reported_kl_term_where_rho_and_u_leave_float32_in_opposite_directions(divergence, log_u, log_rho):
+    """rho * phi(u) as reported (`divergences.regularizer`) in float32, where rho or u over- or underflows but the
+    term itself fits: it was NaN (0 * inf) or +-inf (inf * a tiny phi). Reference: float64, where all fit."""
+    from rpgrl.objectives import divergences as dv
+
+    def reg(dtype):
+        return dv.regularizer(divergence, torch.tensor([log_u], dtype=dtype), torch.tensor([log_rho], dtype=dtype))
+
+    ref = reg(torch.float64).item()
+    got = reg(torch.float32).item()
+    assert not math.isnan(got)
+    if abs(ref) < 1e38:
+        assert got == pytest.approx(ref, rel=1e-5, abs=1e-30)
+    else:
+        assert got == math.copysign(math.inf, ref)

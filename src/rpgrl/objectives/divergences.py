@@ -92,42 +92,53 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
     return log_u - 1 + inv_u  # urkl
 
 
-def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
-    """rho * u * phi'(u) written with w = rho u and rho, never their product: where rho underflows and u overflows
-    (a sequence-level log-ratio summed over a long response, |log rho| past ~88 in float32) rho * (u phi'(u)) is
-    0 * inf = NaN, while fkl -rho, rkl w (log u + 1), ufkl w - rho and urkl w log u are finite. Not a drop-in
-    for the direct product in general: where both are finite they differ by rounding (callers use it where the
-    direct product is not finite). Shapes: any, log_u and log_rho alike."""
-    _check(divergence)
-    rho = torch.exp(log_rho)
+def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+    """Where rho = exp(log_rho) and u = exp(log_u) are both normal floats of their dtype (bool, their shape), so that
+    rho times a function of u is exact to rounding. Elsewhere (a separate anchor far from the sampler: a
+    sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is 0, a denormal or
+    inf, and the product is 0 * inf = NaN, inf times a tiny value, or a denormal's few digits: the terms are then
+    written in w = rho u and rho (`rho_u_dphi`, `rho_phi`, `regularizer`)."""
+    limit = -math.log(torch.finfo(log_u.dtype).tiny)  # 87.3 in float32, 708.4 in float64
+    return (log_u.detach().abs() < limit) & (log_rho.abs() < limit)
+
+
+def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool) -> torch.Tensor:
+    """rho phi(u) (or rho u phi'(u) with `derivative`) from w = exp(log u + log rho) and rho, never their product;
+    0 where log u = 0 for the terms that vanish at u = 1, which w and rho alone could give as inf - inf."""
+    rho, w = torch.exp(lr), torch.exp(lu + lr)
     if divergence == "fkl":
-        return -rho
-    w = torch.exp(log_u + log_rho)
+        return -rho if derivative else -rho * lu
     if divergence == "rkl":
-        return w * (log_u + 1)
-    return w - rho if divergence == "ufkl" else w * log_u
+        return w * (lu + 1) if derivative else torch.where(lu == 0, 0.0, w * lu)
+    if divergence == "ufkl":
+        val = w - rho if derivative else w - rho * (1 + lu)
+    else:
+        val = w * lu if derivative else w * (lu - 1) + rho
+    return torch.where(lu == 0, 0.0, val)
+
+
+def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+    """rho * u * phi'(u) (the REINFORCE weight's KL part without -beta): `u_dphi` times rho where rho and u are
+    normal floats (`direct_ok`), else in w and rho: fkl -rho, rkl w (log u + 1), ufkl w - rho, urkl w log u. For a
+    detached coefficient. Shapes: any, alike."""
+    _check(divergence)
+    ok = direct_ok(log_u, log_rho)
+    direct = u_dphi(divergence, log_u) * torch.exp(log_rho)
+    return direct if bool(ok.all()) else torch.where(ok, direct, _in_w(divergence, log_u, log_rho, True))
 
 
 def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     """rho * phi(u), differentiable in `log_u` (`log_rho` constant): the separate KL term of the differentiable
-    surrogate with an anchor that is not the sampler. Where the direct product is not finite (rho underflows while u
-    overflows, or the reverse: |log rho| past ~88 in float32 at sequence level) the term is written in w = rho u and
-    rho as in `regularizer`, each form evaluated only on its own units, so neither backward meets inf * 0. Where
-    every unit's direct product is finite, it is exactly `exp(log_rho) * phi(log_u)`. Shapes: any, alike."""
-    with torch.no_grad():
-        ok = torch.isfinite(torch.exp(log_rho) * phi(divergence, log_u.detach()))
+    surrogate with an anchor that is not the sampler. Exactly `exp(log_rho) * phi(log_u)` where rho and u are normal
+    floats (`direct_ok`); elsewhere in w and rho, each form evaluated only on its own units (the other's inputs set
+    to 0), so neither backward meets inf * 0. Shapes: any, alike."""
+    _check(divergence)
+    ok = direct_ok(log_u, log_rho)
     if bool(ok.all()):
         return torch.exp(log_rho) * phi(divergence, log_u)
     zero = torch.zeros_like(log_u)
     direct = torch.exp(torch.where(ok, log_rho, 0.0)) * phi(divergence, torch.where(ok, log_u, zero))
-    lu, lr = torch.where(ok, zero, log_u), torch.where(ok, 0.0, log_rho)  # phi(1) = 0 on the direct form's units
-    rho, w = torch.exp(lr), torch.exp(lu + lr)
-    if divergence == "fkl":
-        alt = -rho * lu
-    elif divergence == "rkl":
-        alt = w * lu
-    else:
-        alt = w - rho * (1 + lu) if divergence == "ufkl" else w * (lu - 1) + rho
+    alt = _in_w(divergence, torch.where(ok, zero, log_u), torch.where(ok, 0.0, log_rho), False)
     return torch.where(ok, direct, alt)
 
 
@@ -136,8 +147,8 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
 
     `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1). For reporting: written
     so that it is never NaN (an overflowing term is +inf, e.g. urkl as u (log u - 1) + 1, not inf - inf). Where rho
-    underflows while u overflows (0 * inf) the term is taken in w = rho u and rho: ufkl w - rho (1 + log u), rkl
-    w log u, urkl w (log u - 1) + rho."""
+    or u is not a normal float (`direct_ok`) the term is taken in w = rho u and rho: fkl -rho log u, ufkl w - rho
+    (1 + log u), rkl w log u, urkl w (log u - 1) + rho."""
     _check(divergence)
     if divergence == "fkl":
         val = -log_u
@@ -148,15 +159,10 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
         val = u * log_u if divergence == "rkl" else u * (log_u - 1) + 1
     if log_rho is None:
         return val
-    rho = torch.exp(log_rho)
-    out = torch.where(val == 0, 0.0, rho * val)  # rho = inf times phi(1) = 0 is 0, not NaN
-    nan = torch.isnan(out)
-    if not bool(nan.any()):
+    out = torch.where(val == 0, 0.0, torch.exp(log_rho) * val)  # rho = inf times phi(1) = 0 is 0, not NaN
+    ok = direct_ok(log_u, log_rho)
+    if bool(ok.all()):
         return out
-    w = torch.exp(log_u + log_rho)
-    if divergence == "ufkl":
-        alt = w - rho * (1 + log_u)
-    else:
-        alt = w * log_u if divergence == "rkl" else w * (log_u - 1) + rho
-    # still NaN: w and rho both overflow (inf - inf), a term of ufkl/urkl, both >= 0: +inf
-    return torch.where(nan, torch.nan_to_num(alt, nan=math.inf, posinf=math.inf, neginf=-math.inf), out)
+    # still NaN in w and rho: both overflow (inf - inf), a term of ufkl/urkl, both >= 0: +inf
+    alt = torch.nan_to_num(_in_w(divergence, log_u, log_rho, False), nan=math.inf, posinf=math.inf, neginf=-math.inf)
+    return torch.where(ok, out, alt)

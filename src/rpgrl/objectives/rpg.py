@@ -246,7 +246,8 @@ def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
             c = dv.u_dphi(o.divergence, r.log_u).mul_(o.beta)
             if r.log_rho is not None:
                 c = c * torch.exp(r.log_rho)
-                c = torch.where(torch.isfinite(c), c, o.beta * dv.rho_u_dphi(o.divergence, r.log_u, r.log_rho))
+                ok = dv.direct_ok(r.log_u, r.log_rho)
+                c = torch.where(ok, c, o.beta * dv.rho_u_dphi(o.divergence, r.log_u, r.log_rho))
             weight = weight - c
         return bool(torch.isfinite(weight).all())  # padding: log w = log u = 0 and A = 0 there, finite
 
@@ -355,8 +356,8 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
         if rho is None:
             return cc
         cc = cc.mul_(rho)
-        bad = ~torch.isfinite(cc)  # rho underflowed while u overflowed (0 * inf): in w and rho instead
-        return torch.where(bad, dv.rho_u_dphi(divergence, lu, log_rho).mul_(-beta), cc) if bool(bad.any()) else cc
+        ok = dv.direct_ok(lu, log_rho)  # else rho or u is 0, denormal or inf (0 * inf = NaN): in w and rho instead
+        return cc if bool(ok.all()) else torch.where(ok, cc, dv.rho_u_dphi(divergence, lu, log_rho).mul_(-beta))
 
     if clip == "truncate":
         log_wc = log_w.clamp(b.log_lo, b.log_hi)
