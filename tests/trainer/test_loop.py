@@ -498,7 +498,7 @@ def test_signal_during_the_warm_start_stops_at_once_and_resume_starts_over(tmp_p
     with pytest.raises(Interrupted, match="in the warm start, before the first checkpoint; start the run over") as e:
         loop.train(cfg, out, stop=stop)
     assert len(steps) == 2 and e.value.exit_code == 128 + signal.SIGTERM
-    assert not (out / "checkpoints").exists() and (out / "config.json").is_file()
+    assert not any((out / "checkpoints").iterdir()) and (out / "config.json").is_file()  # made at the start, empty
     monkeypatch.setattr(sft, "_sft_step", real)
     summary = loop.train(cfg, out, resume=True)
     assert summary["sft"]["steps"] == straight["sft"]["steps"]
@@ -623,6 +623,57 @@ def test_a_finished_run_whose_checkpoints_were_removed_is_not_started_over(tmp_p
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "summary.json"} == {
         k: v for k, v in before.items() if k != "summary.json"
     }
+
+
+@pytest.mark.parametrize("debris", [False, True])
+def test_a_run_killed_writing_its_first_checkpoint_starts_over(tmp_path, debris):
+    """No warm start: the first checkpoint comes at train.checkpoint_every steps, after that step's metrics row. A
+    kill while writing it (a partial .tmp-step-* left, or none yet) leaves `every` rows and no checkpoint: --resume
+    starts the run over (it refused, taking the run for one whose checkpoints were deleted) and ends as a fresh run."""
+    cfg = tiny(("train.max_steps", "2"), ("train.checkpoint_every", "2"))
+    fresh = loop.train(cfg, tmp_path / "fresh")
+    out = tmp_path / "run"
+    loop.train(cfg, out)
+    for name in ("summary.json", "model", "eval.jsonl"):  # back to the moment step 2's row was written
+        loop._remove(out / name)
+    for p in (out / "checkpoints").iterdir():
+        loop._remove(p)
+    if debris:
+        (out / "checkpoints" / ".tmp-step-000002").mkdir()
+        (out / "checkpoints" / ".tmp-step-000002" / "state.pt").write_bytes(b"partial")
+    assert len(read_metrics(out / "metrics.jsonl")) == 2
+    again = loop.train(cfg, out, resume=True)
+    assert again["steps"] == fresh["steps"] == 2
+
+    def learning(path):  # the rows without their timings
+        return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in read_metrics(path / "metrics.jsonl")]
+
+    assert learning(out) == learning(tmp_path / "fresh")
+    assert not (out / loop.ASIDE).exists()
+
+
+def test_a_tracker_that_refuses_to_start_costs_a_restart_nothing(tmp_path, monkeypatch):
+    """--resume of a run that stopped before its first checkpoint removes that attempt's files; when the tracker
+    then refused to start (W&B without a login) the command failed in one line with the files already gone."""
+    from rpgrl.errors import UsageError
+
+    cfg = tiny(("train.max_steps", "2"), ("train.checkpoint_every", "5"))
+    out = tmp_path / "run"
+    loop.train(cfg, out)
+    for name in ("summary.json", "model"):
+        loop._remove(out / name)
+    loop._remove(out / "checkpoints")
+    (out / "checkpoints").mkdir()  # as a run killed before its first checkpoint leaves it
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+    def refuse(*a, **k):
+        raise UsageError("train.report_to wandb: no API key")
+
+    monkeypatch.setattr(loop, "make_tracker", refuse)
+    with pytest.raises(UsageError, match="no API key"):
+        loop.train(cfg, out, resume=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert not (out / loop.ASIDE).exists()
 
 
 def test_a_run_directory_changed_while_loading_is_refused(tmp_path, monkeypatch):

@@ -28,6 +28,7 @@ import dataclasses
 import errno
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -180,18 +181,43 @@ def _remove(p: Path) -> None:
 
 # What a run writes before its first checkpoint: removed when --resume starts such a run over
 RESTART_REMOVES = ("metrics.jsonl", "eval.jsonl", "summary.json", "wandb_run_id", "wandb", "tensorboard")
+ASIDE = ".restart-aside"
+
+
+def _set_aside(out: Path, names: tuple[str, ...]) -> Path:
+    """Move `out`'s files of these names into `out/ASIDE` (renames: nothing is copied or lost) and return it."""
+    aside = out / ASIDE
+    _remove(aside)  # of an earlier attempt killed in between: its files were already being discarded
+    aside.mkdir()
+    for name in names:
+        if (out / name).exists():
+            os.replace(out / name, aside / name)
+    return aside
+
+
+def _put_back(aside: Path, out: Path) -> None:
+    for p in aside.iterdir():
+        _remove(out / p.name)
+        os.replace(p, out / p.name)
+    aside.rmdir()
 
 
 def prepare_run_dir(run: Run):
     """The run directory: resolved config; metrics and evaluations cut back to the checkpoint (or, starting a run
     over, the files of the attempt that stopped before its first checkpoint removed). Returns the tracker."""
     cfg, out, resumed = run.cfg, run.out, run.checkpoint is not None
-    if run.restart:
+    aside = _set_aside(out, RESTART_REMOVES) if run.restart else None
+    try:  # a tracker that refuses to start (W&B without a login) must not cost the attempt's files
+        tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), run.start_step if resumed else None)
+    except BaseException:
+        if aside is not None:
+            _put_back(aside, out)
+        raise
+    if aside is not None:
         print0(f"--resume: {out} has no checkpoint yet (the run stopped before its first one): starting it over")
-        for name in RESTART_REMOVES:
-            _remove(out / name)
-    tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), run.start_step if resumed else None)
+        _remove(aside)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "checkpoints").mkdir(exist_ok=True)  # made now: a missing folder then means checkpoints were deleted
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
     truncate_metrics(out / "metrics.jsonl", run.start_step)

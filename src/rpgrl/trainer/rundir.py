@@ -37,7 +37,10 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
     holder = lock_holder(out) if probe_lock else None
     if holder is not None:
         raise UsageError(_in_use(out, holder))
-    has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
+    try:
+        has_checkpoint = latest_checkpoint(out / "checkpoints") is not None
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot read its checkpoints folder: {e.strerror or e}") from None
     if resume:
         if not (out / "config.json").is_file():
             raise UsageError(f"--resume: no run to resume in {out} (no config.json)")
@@ -73,7 +76,12 @@ def _got_further(out: Path) -> str | None:
     rows = 0
     if (out / "metrics.jsonl").is_file():
         rows = sum(1 for line in (out / "metrics.jsonl").read_bytes().splitlines() if line.strip())
-    if rows >= (1 if sft > 0 else every):
+    if sft > 0:  # step 0's checkpoint is complete before step 1's row is written
+        return f"metrics.jsonl holds {rows} steps" if rows >= 1 else None
+    # A step's row is written before its checkpoint: with exactly `every` rows the process may have died writing the
+    # first one. The checkpoints folder is made when the run starts, so it is still there in that case (partial
+    # writes or nothing), and gone when the checkpoints were deleted.
+    if rows > every or (rows == every and not (out / "checkpoints").is_dir()):
         return f"metrics.jsonl holds {rows} steps"
     return None
 
