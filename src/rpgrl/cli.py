@@ -6,11 +6,15 @@ Errors a user can fix (bad config key, missing file, malformed data) print one l
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
 from rpgrl.errors import UsageError, one_line
 from rpgrl.rewards._mathverify import WorkerError
+
+# OSErrors that a path a user gave explains (too long, not readable, a file where a folder should be): one line too
+PATH_ERRNOS = {errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ELOOP}
 
 # subcommand -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
@@ -40,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(getattr(importlib.import_module(module), func)(rest) or 0)
     except (UsageError, FileNotFoundError, WorkerError) as e:  # WorkerError: math-verify installed but broken
+        print(f"rpgrl {name}: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in PATH_ERRNOS:
+            raise
         print(f"rpgrl {name}: error: {one_line(e)}", file=sys.stderr)
         return 2
 

@@ -30,6 +30,13 @@ def first_line(e: BaseException) -> str:
 def dir_problem(path: Path) -> str | None:
     """Why `path` cannot be, or be created as, a directory this process writes in; None if it can. Reads only."""
     path = Path(path)
+    try:
+        return _dir_problem(path)
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, a folder on the way that cannot be read
+        return f"cannot use it: {getattr(e, 'strerror', None) or e}"
+
+
+def _dir_problem(path: Path) -> str | None:
     if path.exists() and not path.is_dir():
         return "it is a file, not a directory"
     existing = path

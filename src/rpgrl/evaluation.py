@@ -471,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     benches = _check_names([_as_benchmark(path, args.limit_problems) for path in args.data])
     if args.out is None:
         return _evaluate_and_report(args, benches, None)
+    if not args.out.strip():
+        raise UsageError("--out needs a folder, got an empty value (leave it out to print only)")
     out = Path(args.out)
     why = dir_problem(out)
     if why is not None:

@@ -182,7 +182,8 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None) -> tuple[PreT
             path, dtype="auto" if dtype is None else dtype, output_loading_info=True
         )
     # missing/corrupt files, an unknown model_type, a config.json that is not a JSON object (TypeError/AttributeError)
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError, SafetensorError) as e:
+    # or whose fields have the wrong type (huggingface_hub's strict dataclasses) or value (0 heads: ZeroDivisionError)
+    except (*CONFIG_ERRORS, RuntimeError, SafetensorError) as e:
         if "ignore_mismatched_sizes" in str(e):  # its "see the report above": the report is silenced
             raise UsageError(f"the weights in {path} do not match its config.json: tensor shapes differ") from None
         raise UsageError(f"cannot load the model in {path}: {first_line(e)}") from None
@@ -227,8 +228,21 @@ def read_config(path: str | Path):
 
     try:
         return AutoConfig.from_pretrained(path)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except CONFIG_ERRORS:
         return None
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What loading a model folder's config.json raises when the file is wrong (not when this code is)."""
+    errors: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, TypeError, AttributeError)
+    try:
+        from huggingface_hub.errors import StrictDataclassError  # a field of the wrong type ("vocab_size": "abc")
+    except ImportError:
+        return (*errors, ZeroDivisionError)
+    return (*errors, ZeroDivisionError, StrictDataclassError)
+
+
+CONFIG_ERRORS = _config_errors()
 
 
 def config_vocab(config) -> int | None:

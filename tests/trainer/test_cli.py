@@ -68,6 +68,8 @@ def _jsonl(path, rows):
         (["--model.hidden_size", "65536", "--model.intermediate_size", "65536"], "B parameters: training it needs"),
         # a line break inside the message (here a path's) stays on the one line
         (["--data.train", "/no\nsuch.jsonl", "--sft.max_steps", "0"], "/no\\nsuch.jsonl"),
+        # a path longer than the file system takes (a traceback)
+        (["--data.train", "/tmp/" + "a" * 300 + ".jsonl", "--sft.max_steps", "0"], "File name too long"),
     ],
 )
 def test_bad_input_fresh_run_creates_nothing(capsys, tmp_path, argv, needle):
@@ -244,6 +246,49 @@ def test_broken_model_folder_is_one_line(capsys, finished_run, tmp_path, damaged
     (model / damaged).write_bytes((model / damaged).read_bytes()[:100])  # truncated
     err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *TINY_ARGS])
     assert f"cannot load the {'tokenizer of' if damaged.startswith('tok') else 'model in'} {model}" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--out="], "--out needs a folder, got an empty value"),
+        (["--out", "/tmp/" + "a" * 300], "cannot use it: File name too long"),
+    ],
+)
+def test_out_empty_or_too_long_is_one_line(capsys, tmp_path, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert needle in _fail(capsys, [*argv, *TINY_ARGS])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("pointer", [b"\xff\xfe", b"../../elsewhere", b"step-000002\x00"])
+def test_a_latest_pointer_that_does_not_read_is_passed_over(capsys, finished_run, tmp_path, pointer):
+    """checkpoints/latest that is not UTF-8, points outside the folder or holds a NUL byte raised a traceback; the
+    newest complete checkpoint is found by listing instead."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "checkpoints" / "latest").write_bytes(pointer)
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "3"]) == 0
+    assert "resuming from" in capsys.readouterr().out and len(read_metrics(out / "metrics.jsonl")) == 3
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", "abc"), ("num_hidden_layers", None),
+                                          ("num_attention_heads", 0)])  # fmt: skip
+def test_a_model_config_with_a_field_of_the_wrong_type_is_one_line(capsys, finished_run, tmp_path, field, value):
+    """huggingface_hub's strict config dataclasses raise their own exception class, and 0 heads a
+    ZeroDivisionError: both were tracebacks."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(finished_run / "model", model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg[field] = value
+    (model / "config.json").write_text(json.dumps(cfg))
+    err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *TINY_ARGS])
+    assert f"cannot load the model in {model}" in err
     assert not (tmp_path / "run").exists()
 
 

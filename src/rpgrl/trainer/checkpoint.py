@@ -164,10 +164,13 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
     if not ckpt_dir.is_dir():
         return None
     pointer = ckpt_dir / LATEST
-    if pointer.is_file():
-        d = ckpt_dir / pointer.read_text().strip()
-        if (d / "meta.json").is_file() and (d / "state.pt").is_file():
+    try:  # a pointer that does not read or name a directory here (a broken disk, a hand edit) is passed over
+        name = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+        d = ckpt_dir / name
+        if name and d.parent == ckpt_dir and (d / "meta.json").is_file() and (d / "state.pt").is_file():
             return d
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
     found = _complete(ckpt_dir)
     return found[max(found)] if found else None
 

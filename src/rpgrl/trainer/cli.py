@@ -63,9 +63,11 @@ def parse_args(argv: list[str]) -> Args:
             value = argv[i]
             i += 1
         if key == "out":
+            if not value.strip():
+                raise UsageError("--out needs a folder, got an empty value")
             args.out = value
         else:
-            args.overrides.append((SHORTCUTS.get(key, key), value))
+            args.overrides.append((SHORTCUTS.get(key, key), value))  # a key given again: the last value wins
     return args
 
 

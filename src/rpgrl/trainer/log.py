@@ -147,6 +147,8 @@ def check_metrics_file(path: Path) -> None:
     except UnicodeDecodeError as e:
         raise UsageError(f"{path} is not UTF-8 text (byte {e.start}): restore it from a copy, or remove the "
                          "broken part, then --resume") from None  # fmt: skip
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
     for i, line in enumerate(lines):
         try:
             row = json.loads(line)
