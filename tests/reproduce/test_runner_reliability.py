@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,8 @@ def _fake_warm(cfg_dict: dict, seed: int, path: str) -> None:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pid").write_text(f"{os.getpid()}\n")
+    (out / "model").mkdir(exist_ok=True)
+    (out / "model" / "config.json").write_text("{}\n")
     (out / "summary.json").write_text("{}\n")
 
 
@@ -206,6 +209,21 @@ def test_workers_exit_when_the_suite_is_killed(tmp_path):
     time.sleep(2)
     assert len(_started(tmp_path)) <= len(started) + 1  # at most the one queued run a worker took before the check
     assert len(list(tmp_path.glob("runs/*/record.json"))) == 1
+
+
+def test_a_warm_start_whose_model_was_deleted_is_made_again(tmp_path):
+    """Its summary.json alone marked a warm start done: with its model deleted every run of the seed failed, and
+    the same command again failed the same way."""
+    from rpgrl.reproduce.runner import warm_dir
+
+    _suite(tmp_path, [1])
+    warm = warm_dir(tmp_path, WARM, 1)
+    shutil.rmtree(warm / "model")
+    (warm / "pid").write_text("gone\n")
+    for p in tmp_path.glob("runs/*/record.json"):
+        p.unlink()
+    _suite(tmp_path, [1])
+    assert (warm / "model" / "config.json").is_file() and (warm / "pid").read_text() != "gone\n"
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b"[]", b"null", b'"text"', b"{", b"[" * 100_000, b""])

@@ -191,9 +191,11 @@ def _records(out: Path, jobs: list[Job]) -> dict[str, dict]:
 
 
 def _missing_warm(out: Path, warm_cfg: Config, jobs: list[Job]) -> list[int]:
-    """The seeds whose warm start has no summary.json (written last, atomically, by `train`)."""
+    """The seeds whose warm start has no summary.json (written last, atomically, by `train`) or no model next to it
+    (deleted by hand: every run of the seed would fail on it, and the same command again with it)."""
     seeds = sorted({j.seed for j in jobs})
-    return [s for s in seeds if not (warm_dir(out, warm_cfg, s) / "summary.json").is_file()]
+    done = lambda d: (d / "summary.json").is_file() and (d / "model" / "config.json").is_file()  # noqa: E731
+    return [s for s in seeds if not done(warm_dir(out, warm_cfg, s))]
 
 
 def _gather(futures: dict[Future, Any], what: Callable[[Future], str], done: Callable[[Future], None]) -> None:
