@@ -262,6 +262,13 @@ def test_out_empty_or_too_long_is_one_line(capsys, tmp_path, monkeypatch, argv, 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_out_holding_a_model_folder_is_not_called_a_stopped_run(capsys, finished_run):
+    """A model folder has a config.json too: it was named a run that stopped before its first checkpoint, with advice
+    (--resume) that then failed differently."""
+    err = _fail(capsys, ["--out", str(finished_run / "model"), *TINY_ARGS])
+    assert "holds a config.json that is not a run's (a model folder?)" in err
+
+
 @pytest.mark.parametrize("pointer", [b"\xff\xfe", b"../../elsewhere", b"step-000002\x00"])
 def test_a_latest_pointer_that_does_not_read_is_passed_over(capsys, finished_run, tmp_path, pointer):
     """checkpoints/latest that is not UTF-8, points outside the folder or holds a NUL byte raised a traceback; the

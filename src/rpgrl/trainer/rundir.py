@@ -54,11 +54,23 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
     if out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()):
         if has_checkpoint:
             raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
-        if (out / "config.json").is_file():
+        if _is_run_config(out / "config.json"):
             raise UsageError(f"run directory {out} holds a run that stopped before its first checkpoint: pass "
                              "--resume to start it over, or choose another --out")  # fmt: skip
+        if (out / "config.json").is_file():
+            raise UsageError(f"run directory {out} holds a config.json that is not a run's (a model folder?): "
+                             "choose another --out")  # fmt: skip
         raise UsageError(f"run directory {out} is not empty and holds no run: choose another --out")
     return False
+
+
+def _is_run_config(path: Path) -> bool:
+    """Whether `path` is a config.json as `rpgrl train` writes it (its train and loss sections), not a model's."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and isinstance(saved.get("train"), dict) and isinstance(saved.get("loss"), dict)
 
 
 def _got_further(out: Path) -> str | None:
