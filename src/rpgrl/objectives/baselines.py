@@ -112,7 +112,8 @@ def ppo_loss(
         raise LossOverflow(
             f"ppo_loss overflowed (loss = {loss.item()}): an advantage or the KL term is too large to represent"
         )
-    scale = beta * max(1.0, 1.0 / float(normalizer)) if normalizer is not None else beta  # aggregation weights <= 1/n
+    # what reaches a token's term from the loss: beta times its aggregation weight, at most max(1, 1/normalizer)
+    scale = beta * (max(1.0, 1.0 / float(normalizer)) if normalizer is not None else 1.0) if kl == "k3_corrected" else 0
     if kl == "k3_corrected" and not _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped, scale):
         raise LossOverflow(
             "ppo_loss overflowed (the gradient of the corrected KL term w * k3(pi_anchor / pi_theta)): pi_anchor / "
