@@ -286,3 +286,16 @@ def test_reported_kl_term_where_rho_and_u_leave_float32_in_opposite_directions(d
         assert got == pytest.approx(ref, rel=1e-5, abs=1e-30)
     else:
         assert got == math.copysign(math.inf, ref)
+
+
+def test_reported_kl_rows_of_opposite_infinite_sign_are_not_nan():
+    """rkl's term w log u is -inf on one row and +inf on the other (w = e^1000, log u = -0.7 and +0.3): their mean
+    was NaN under a loss of 0 (beta 0, A = 0). Each row is saturated at +-METRIC_LIMIT first."""
+    f64 = torch.float64
+    old = torch.tensor([[-1001.0], [-1001.0]], dtype=f64)
+    logp = old + 1000.0
+    anchor = old + torch.tensor([[1000.7], [999.7]], dtype=f64)
+    out = rpg_loss(logp, old, torch.zeros(2, dtype=f64), torch.ones(2, 1), divergence="rkl", style="reinforce",
+                   beta=0.0, clip="dual", anchor_logp=anchor)  # fmt: skip
+    assert out.loss.item() == 0
+    assert all(bool(torch.isfinite(v)) for v in out.metrics.values()), out.metrics

@@ -50,7 +50,7 @@ import torch
 
 from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
-from rpgrl.objectives.base import LossOutput, register_loss, reported
+from rpgrl.objectives.base import METRIC_LIMIT, LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
@@ -401,6 +401,7 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
         kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
     kl_rows = kl_unit.detach().to(f64)
     kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
+    kl_rows = kl_rows.clamp(-METRIC_LIMIT, METRIC_LIMIT)  # saturated per row: rows of +inf and -inf averaged to NaN
     kl_loss = beta * aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
