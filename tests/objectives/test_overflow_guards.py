@@ -299,3 +299,21 @@ def test_reported_kl_rows_of_opposite_infinite_sign_are_not_nan():
                    beta=0.0, clip="dual", anchor_logp=anchor)  # fmt: skip
     assert out.loss.item() == 0
     assert all(bool(torch.isfinite(v)) for v in out.metrics.values()), out.metrics
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+def test_a_term_at_u_equal_one_is_zero_whatever_rho(divergence):
+    """phi(1) = 0 for all four, so rho phi(1) = 0 also where rho = e^100 overflows float32 (fkl's -rho log u was
+    inf * 0 = NaN in the w-and-rho form), as right after an anchor reset at sequence level; so are ufkl's and urkl's
+    u phi'(1). The differentiable term's gradient there is finite (0), not inf * 0 = NaN."""
+    from rpgrl.objectives import divergences as dv
+
+    lu = torch.zeros(2, requires_grad=True)
+    lr = torch.tensor([100.0, -100.0])
+    assert dv.regularizer(divergence, lu.detach(), lr).tolist() == [0.0, 0.0]
+    term = dv.rho_phi(divergence, lu, lr)
+    assert term.tolist() == [0.0, 0.0]
+    term.sum().backward()
+    assert bool(torch.isfinite(lu.grad).all())
+    if divergence in ("ufkl", "urkl"):  # their gradient rho u phi'(1) is 0 (fkl's and rkl's, -+rho, overflows)
+        assert dv.rho_u_dphi(divergence, lu.detach(), lr).tolist() == [0.0, 0.0] == lu.grad.tolist()

@@ -106,15 +106,17 @@ def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool)
     """rho phi(u) (or rho u phi'(u) with `derivative`) from w = exp(log u + log rho) and rho, never their product;
     0 where log u = 0 for the terms that vanish at u = 1, which w and rho alone could give as inf - inf."""
     rho, w = torch.exp(lr), torch.exp(lu + lr)
+    if derivative:  # u phi'(u) at u = 1: fkl -1, rkl 1, ufkl and urkl 0
+        if divergence in ("fkl", "rkl"):
+            return -rho if divergence == "fkl" else w * (lu + 1)
+        return torch.where(lu == 0, 0.0, w - rho if divergence == "ufkl" else w * lu)
     if divergence == "fkl":
-        return -rho if derivative else -rho * lu
-    if divergence == "rkl":
-        return w * (lu + 1) if derivative else torch.where(lu == 0, 0.0, w * lu)
-    if divergence == "ufkl":
-        val = w - rho if derivative else w - rho * (1 + lu)
+        val = -rho * lu
+    elif divergence == "rkl":
+        val = w * lu
     else:
-        val = w * lu if derivative else w * (lu - 1) + rho
-    return torch.where(lu == 0, 0.0, val)
+        val = w - rho * (1 + lu) if divergence == "ufkl" else w * (lu - 1) + rho
+    return torch.where(lu == 0, 0.0, val)  # phi(1) = 0 for all four
 
 
 def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
@@ -137,8 +139,12 @@ def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torc
     if bool(ok.all()):
         return torch.exp(log_rho) * phi(divergence, log_u)
     zero = torch.zeros_like(log_u)
+    # u = 1 exactly (pi_theta = pi_anchor, as right after an anchor reset) under an rho that is not a normal float:
+    # the term is 0, and so is its gradient for ufkl/urkl (fkl/rkl's, -+rho, overflows: `_gradient_weight_finite`
+    # refuses it); any form of it multiplies rho by 0, so those units take neither form's inputs
+    off = ok | (log_u.detach() == 0)
     direct = torch.exp(torch.where(ok, log_rho, 0.0)) * phi(divergence, torch.where(ok, log_u, zero))
-    alt = _in_w(divergence, torch.where(ok, zero, log_u), torch.where(ok, 0.0, log_rho), False)
+    alt = _in_w(divergence, torch.where(off, zero, log_u), torch.where(off, 0.0, log_rho), False)
     return torch.where(ok, direct, alt)
 
 
