@@ -116,7 +116,7 @@ def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     term = k3(log_r)
     zero = term == 0
     direct = torch.exp(torch.where(zero, 0.0, log_w)) * term
-    bad = log_form_units(log_w, log_r)
+    bad = log_form_units(log_w, log_r, direct)
     if not bool(bad.any()):
         return direct
     ok_w, ok_r = torch.where(bad | zero, 0.0, log_w), torch.where(bad, 0.0, log_r)
@@ -125,12 +125,14 @@ def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     return torch.where(bad, torch.exp(big_w + _log_k3(big_r)), direct)
 
 
-def log_form_units(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
-    """Where `_times_w` takes the log form (bool, shape of the inputs): exp(log_w) * k3(log_r) is not finite while
-    log_r > 1 (w, 0 or denormal, times k3 = inf), where the log form is accurate ((1 + x) e^-x <= 2/e); a w that
-    overflows itself is left to the caller's overflow check. Its backward never forms w * k3'(x) or w e^x."""
+def log_form_units(log_w: torch.Tensor, log_r: torch.Tensor, product: torch.Tensor | None = None) -> torch.Tensor:
+    """Where `_times_w` takes the log form (bool, shape of the inputs): exp(log_w) * k3(log_r) (`product`, when the
+    caller has it) is not finite while log_r > 1 (w, 0 or denormal, times k3 = inf), where the log form is accurate
+    ((1 + x) e^-x <= 2/e; a w that overflows itself stays inf there too). Its backward never forms w * k3'(x) or
+    w e^x."""
     with torch.no_grad():
-        return ~torch.isfinite(torch.exp(log_w) * k3(log_r)) & (log_r > 1)
+        product = torch.exp(log_w) * k3(log_r) if product is None else product.detach()
+        return ~torch.isfinite(product) & (log_r > 1)
 
 
 def _log_k3(x: torch.Tensor) -> torch.Tensor:
