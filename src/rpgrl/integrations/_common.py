@@ -28,12 +28,13 @@ def rpg_loss_nonempty(
     (NaN: left out of a nanmean; verl's own losses report 0): every process of a data-parallel job then gathers the
     same metrics, whichever micro-batch came out empty (a process with none hung the others' collectives).
     Shapes: logp, old_logp, mask (B, T); advantages (B,) or (B, T). per_token comes back as (B, T)."""
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool(mask.bool().any(-1).all()):
+        return rpg_loss(logp, old_logp, advantages, mask, **options)  # no empty row: rpg_loss checks it all
+    # checked before rows are indexed: a wrong shape or type is rpg_loss's one-line message, not an IndexError
     mask_b = check_tensors(logp, old_logp, advantages, mask, {"anchor_logp": options.get("anchor_logp")},
                            loss="rpg_loss", per_response_advantages=options.get("level") == "sequence",
                            allow_empty_rows=True)  # fmt: skip
     keep = mask_b.any(-1)  # (B,)
-    if bool(keep.all()):
-        return rpg_loss(logp, old_logp, advantages, mask, **options)
     # (B, T) zeros that keep the graph, so backward() works on an all-empty micro-batch; not logp * 0, which is NaN
     # where padding holds inf or NaN
     zero = logp.where(torch.zeros_like(mask_b), 0.0)
