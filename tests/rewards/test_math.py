@@ -23,9 +23,11 @@ from rpgrl.rewards.math import (
     extract_final_answer,
     extract_strict,
     has_answer_line,
+    is_hedge,
     math_score,
     normalize_answer,
     strict_correct,
+    without_remarks,
 )
 
 # ---------- strict mode: the reference table of spec 7.6, every row (obtained by running the official scorer) ------
@@ -275,6 +277,37 @@ EQUIV_TABLE = [
     ("Answer: N \\equiv 42 \\pmod{1000}", "42", True),
     ("Answer: 42 (mod 1000)", "42", True),
     ("Answer: 42 (mod 1000)", "41", False),
+    # a probe's finds (session 22): what a grader reads past, hedges the authors' rules took, separators in lists
+    ("Answer: 336\\degree", "336^\\circ", True),  # \degree (AIME 2025's ground truth)
+    ("Answer: \\$4.50", "4.5", True),  # a currency sign before a decimal
+    ("Answer: \\$0.75", "\\frac{3}{4}", True),
+    ("Answer: \\{100,200\\}", "\\{200, 100\\}", True),  # a comma between elements is not a thousands separator
+    ("Answer: x \\in [0,100]", "[0, 100]", True),
+    ("Answer: \\left(1,500\\right)", "(1, 500)", True),
+    ("Answer: \\{100,200\\}", "100200", False),
+    ("Answer: The answer is 113.", "113", True),  # prose a grader reads past
+    ("Answer: It is 540", "540", True),
+    ("Answer: 540 (the remainder)", "540", True),
+    ("Answer: 540, which is the remainder.", "540", True),
+    ("Answer: 540, which is the remainder when $N$ is divided by 1000.", "540", False),  # math in the remark: kept
+    ("Answer: 540 -- the number of ways", "540", True),
+    ("Answer: 540;", "540", True),
+    ("Answer: 540 \\blacksquare", "540", True),
+    ("Answer: *540*", "540", True),
+    ("Answer: \\text{073}", "73", True),
+    ("Answer: 540 = m + n", "540", True),  # a reversed equation
+    ("Answer: \\textbf{(C)}\\ 7", "7", True),  # AMC: the choice letter and its value
+    ("Answer: (C) 7", "7", True),
+    ("Answer: (C) 7", "8", False),
+    ("Answer: 540 (not 541)", "541", False),  # a remark with a number is not read past
+    ("Answer: The answer is not 5", "5", False),
+    ("Answer: $540$ or $541$", "540", False),  # hedges: the authors' first $...$ pair read 540
+    ("Answer: $540$, $541$", "540", False),
+    ("Answer: $540$ and $541$", "541", False),
+    ("Answer: x = 4 or x = 5", "5", False),  # ... and their last "=" read 5
+    ("Answer: x = 4 \\text{ or } x = 5", "5", False),
+    ("Answer: $540$ (or $541$)", "540", False),
+    ("Answer: 4 or 5", "4, 5", True),  # not a hedge where the truth has two values
     # unparseable LaTeX
     ("Answer: \\frac{", "5", False),  # unclosed group
     ("Answer: \\sqrt{}", "5", False),  # empty radicand
@@ -312,10 +345,21 @@ def test_strict_correct_implies_equiv_correct_random():
         # the ground truth: the body with some atoms dropped or added (often normalises the same), or random
         gt = "".join(a for a in body if rng.random() < 0.8) + rng.choice(["", " ", "$", "degrees", "{,}"])
         gt = gt if rng.random() < 0.7 else "".join(rng.choice(atoms[5:]) for _ in range(rng.randint(1, 4)))
-        if strict_correct(resp, gt):
+        answer = extract_final_answer(resp)
+        if strict_correct(resp, gt) and not (answer is not None and is_hedge(answer, gt)):
             hits += 1
             assert equiv_correct(resp, gt), (resp, gt)
     assert hits > 300  # the property was exercised
+
+
+def test_without_remarks_and_hedges():
+    assert without_remarks("The answer is 113") == "113" and without_remarks("\\textbf{(E) } 16") == "16"
+    assert without_remarks("540 (the remainder);") == "540" and without_remarks("540 (m = 37)") == "540 (m = 37)"
+    assert without_remarks("x = 5") == "x = 5" and without_remarks("\\{1,2\\}") == "\\{1,2\\}"
+    assert is_hedge("$540$ or $541$", "540") and is_hedge("$540$; $541$", "540") and is_hedge("4 \\text{or} 5", "4")
+    assert not is_hedge("$540$ (since $m=37$)", "540") and not is_hedge("$540$, $540$", "540")  # one value twice
+    assert not is_hedge("4 or 5", "4, 5") and not is_hedge("\\operatorname{lcm}(4, 6)", "12")
+    assert clean_answer("x = 1,000") == "x = 1000" and clean_answer("\\{100,200\\}") == "\\{100,200\\}"
 
 
 def test_extract_and_clean():

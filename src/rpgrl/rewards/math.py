@@ -161,7 +161,10 @@ MAX_BELOW_LINES = 8  # an `Answer:` label with no answer on its line: read at mo
 _LABEL = re.compile(r"Answer\s*(?:\*\*|__)?\s*:", re.IGNORECASE)
 _MODULUS = re.compile(r"\\pmod\s*\{[^{}]*\}|\(\s*(?:\\?mod|\\bmod)\s*[^()]*\)")
 _DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
-_THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\}|\\,|\\!|\\ |~)(?=\d{3}(?!\d))")
+_SEPARATOR = r"(?:,|\{,\}|\\,|\\!|\\ |~)"  # between digit groups: 1,000  1{,}000  1\,000  1\!000  1\ 000  1~000
+_THOUSANDS = re.compile(rf"(?<=\d){_SEPARATOR}(?=\d{{3}}(?!\d))")
+# a number written with thousands separators, alone or assigned (x = 1,000): elsewhere a comma separates elements
+_GROUPED_NUMBER = re.compile(rf"(?:[A-Za-z]\w*\s*=\s*)?-?\d{{1,3}}(?:{_SEPARATOR}\d{{3}})+(?:\.\d+)?")
 _MARKDOWN = re.compile(r"\*\*|__|`")
 _INTEGER = re.compile(r"-?\d{1,300}")
 
@@ -233,8 +236,9 @@ def _label_content(text: str, start: int) -> str:
 
 def clean_answer(answer: str) -> str:
     """Presentation stripped before the equivalence check: boxes (contents kept, several joined by ", "), math
-    delimiters, markdown emphasis, trailing periods, thousands separators, a trailing percent sign, a trailing
-    Unicode degree sign, and a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)` read as 42).
+    delimiters and a currency `\\$`, markdown emphasis, trailing periods, a trailing percent sign, a trailing degree
+    sign (`°`, `\\degree`), a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)` read as 42), and
+    thousands separators in a number (`1,000`, `x = 1\\,000`; not between elements: `\\{100,200\\}` stays a set).
 
     >>> clean_answer("The answer is $\\\\boxed{1\\\\,000}$.")
     '1000'
@@ -243,12 +247,13 @@ def clean_answer(answer: str) -> str:
     """
     boxed = _boxed_contents(answer)
     s = ", ".join(boxed) if boxed else answer
-    s = _MARKDOWN.sub("", _DELIMITERS.sub("", s)).strip()
+    s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
     s = s.rstrip(".").strip()
-    s = _THOUSANDS.sub("", s)
     s = re.sub(r"\\?%$", "", s).strip()
-    s = re.sub(r"(?<=\d)\s*\u00b0$", "", s)  # 336° (the Unicode degree sign; ^\circ is the authors' to remove)
+    s = re.sub(r"(?<=\d)\s*(?:\u00b0|\\degree)$", "", s)  # 336°, 336\degree (^\circ is the authors' to remove)
     s = _MODULUS.sub("", s.split("\\equiv")[-1]).strip()  # N \equiv 42 \pmod{1000}, 42 (mod 1000): AIME's remainders
+    if _GROUPED_NUMBER.fullmatch(s):  # not in {100,200}, [0,100] or (1,500): there a comma separates elements
+        s = _THOUSANDS.sub("", s)
     return s
 
 
@@ -303,26 +308,35 @@ def reject_reason(answer: str) -> str | None:
 
 
 def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> bool:
-    """equiv mode. The final answer (`extract_final_answer`) is correct iff any of, in order:
+    """equiv mode. A final answer (`extract_final_answer`) that hedges (`is_hedge`: `540 or 541`, `$540$, $541$`
+    for 540) is wrong; otherwise it is correct iff any of, in order:
 
-    1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct);
+    1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct, hedges
+       aside: the authors' rules read a hedge's first `$...$` pair or its last `=`);
     2. the cleaned strings (`clean_answer`) are equal, or their normalisations are;
     3. both are integers and equal as integers;
-    4. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s.
+    4. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s;
+    and 2-4 again with what a grader reads past left out (`without_remarks`: `The answer is 113`, `(C) 7`,
+    `540 (the remainder)`, `540;`).
 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
     """
+    answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises it
+    if answer is not None and len(answer) <= MAX_ANSWER_CHARS and is_hedge(answer, ground_truth):
+        return False
     if strict_correct(response, ground_truth):  # strict-correct implies equiv-correct, whichever answer each reads
         return True
-    answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises it
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
     if normalize_answer(answer) == normalize_answer(ground_truth):
         return True
     pred, gold = clean_answer(answer), clean_answer(ground_truth)
-    if not pred:
-        return False
+    return any(_cleaned_equivalent(p, gold, timeout) for p in dict.fromkeys((pred, without_remarks(pred))) if p)
+
+
+def _cleaned_equivalent(pred: str, gold: str, timeout: float) -> bool:
+    """Steps 2-4 of `equiv_correct` on cleaned answers."""
     if pred == gold or normalize_answer(pred) == normalize_answer(gold):
         return True
     if _INTEGER.fullmatch(pred) and _INTEGER.fullmatch(gold):  # most AIME/AMC cases: no need for sympy
@@ -332,6 +346,62 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
 
     return _mathverify.equivalent(pred, gold, timeout=timeout)
+
+
+_OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])")  # "or" as a word: 4 or 5, 4 \text{ or } 5 (not \operatorname)
+_MATH_GROUP = re.compile(r"\$\$?([^$]+)\$\$?")
+_BETWEEN_VALUES = re.compile(r"\s*(?:,|;|/|and|\\text\s*\{\s*and\s*\})?\s*")  # what may separate two values
+_MANY_VALUES = re.compile(r",|;|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|\\cup|\\pm|\\mp")  # a multi-valued truth
+
+
+def is_hedge(answer: str, ground_truth: str) -> bool:
+    """Whether the final `answer` offers several values where `ground_truth` is one value: a word "or" (`540 or
+    541`, `x = 4 \\text{ or } x = 5`), or two math groups holding different values with only a separator between
+    them (`$540$, $541$`, `$540$ and $541$`). A remark in math around one value (`$540$ (since $m = 37$)`) is none.
+
+    >>> is_hedge("$540$ or $541$", "540"), is_hedge("$540$ (since $m=37$)", "540"), is_hedge("4 or 5", "4, 5")
+    (True, False, False)
+    """
+    if _MANY_VALUES.search(ground_truth):
+        return False
+    if _OR_WORD.search(answer):
+        return True
+    if len({clean_answer(g) for g in _MATH_GROUP.findall(answer)}) < 2:
+        return False
+    between = _MATH_GROUP.sub("\0", answer).split("\0")[1:-1]
+    return all(_BETWEEN_VALUES.fullmatch(b) for b in between)
+
+
+# a leading phrase without digits or math ending in "is": "The answer is", "So the final answer is:", "It is"
+_ANSWER_IS = re.compile(r"[A-Za-z][A-Za-z ,']{0,60}?\bis\s*:?\s+(?=\S)", re.I)
+_CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}?(?:\s|~|\\[ ,;:!]|\\q?quad\b)*(?=\S)")
+# a trailing remark that holds no digit or math: in parentheses, after a dash, or after a comma and a connective
+_REMARK = re.compile(
+    r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*)$"
+)
+# a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
+_REVERSED = re.compile(r"(-?\d+(?:\.\d+)?|-?\\frac\{\d+\}\{\d+\})\s*=\s*[A-Za-z][A-Za-z\s+\-]*")
+_END_MARKS = re.compile(r"(?:\s*(?:[.;:!]|\\\\|\u2713|\u2714|\\checkmark|\\blacksquare|\\square|\\qed|\\Box))+$")
+_WRAPPED_NUMBER = re.compile(r"(?:\*|\\(?:text|mathrm|mathbf|textbf)\s*\{)\s*(-?[\d.]+)\s*(?:\*|\})")
+
+
+def without_remarks(answer: str) -> str:
+    """A cleaned `answer` without what a human grader reads past: a leading phrase ending in "is" (`The answer is`,
+    `It is`), an AMC choice letter before its value (`(C) 7`, `\\textbf{(C)}\\ 7`), a trailing remark that holds no
+    digit or math (`540 (the remainder)`, `540 -- the count`, `540, which is the remainder`), end marks (`;`, `!`,
+    `\\\\`, a check mark, `\\blacksquare`), a number in italics or text (`*540*`, `\\text{073}`), the value side of a
+    reversed equation (`540 = m + n`). Tried only after `answer` itself, so it can only turn wrong into right.
+
+    >>> without_remarks("The answer is 113"), without_remarks("(C) 7"), without_remarks("540 (the remainder);")
+    ('113', '7', '540')
+    """
+    s = _ANSWER_IS.sub("", answer, count=1) if _ANSWER_IS.match(answer) else answer
+    s = _REVERSED.sub(r"\1", s) if _REVERSED.fullmatch(s) else s
+    s = _CHOICE.sub("", s, count=1) if _CHOICE.match(s) else s
+    for _ in range(3):  # remarks and marks in any order: 540 (the remainder);  540; (mod) ...
+        s = _END_MARKS.sub("", _REMARK.sub("", s)).strip()
+    m = _WRAPPED_NUMBER.fullmatch(s)
+    return m.group(1) if m else s
 
 
 # ---------------------------------------------------------------------------------------------------------------
