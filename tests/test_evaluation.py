@@ -167,8 +167,20 @@ def test_bad_sampler_shape_and_bad_k():
     bench = Benchmark("toy", "-", (Problem("toy", [{"role": "user", "content": "q"}], "1", 1),))
     with pytest.raises(ValueError, match="wrong shape"):
         run_benchmarks([bench], lambda ps, n: [["Answer: 1"]], k=2)
-    with pytest.raises(ValueError, match="k must be >= 1"):
-        run_benchmarks([bench], oracle, k=0)
+    for k in (0, 2.0, True):
+        with pytest.raises(ValueError, match="k must be an integer >= 1"):
+            run_benchmarks([bench], oracle, k=k)
+    for limit in (0, -1, 1.5):  # a negative limit sliced [:-1]: every problem but the last
+        with pytest.raises(ValueError, match="limit_problems must be an integer >= 1"):
+            run_benchmarks([bench], oracle, k=1, limit_problems=limit)
+
+
+def test_benchmark_metrics_takes_numpy_rows_as_lists():
+    rng = np.random.default_rng(0)
+    correct = rng.random((5, 8)) < 0.4
+    assert benchmark_metrics(correct) == benchmark_metrics(correct.tolist())
+    with pytest.raises(ValueError, match="one sequence of booleans per problem"):
+        benchmark_metrics(["1010", "0101"])
 
 
 def test_tracker_last_and_best():
@@ -182,6 +194,9 @@ def test_tracker_last_and_best():
     t0.update(0, {"eval/aime/mean@32": 0.5})
     t0.update(10, {"eval/aime/mean@32": 0.4})
     assert t0.summary()["aime"]["best"] == 0.4  # the pre-training evaluation is not a candidate for "Best"
+    t1 = EvalTracker(metric="mean@32")
+    with pytest.raises(ValueError, match="eval/aime/mean@32 is nan, not a finite number"):
+        t1.update(0, {"eval/aime/mean@32": float("nan")})  # it would stay Best: nothing compares above a NaN
 
 
 # ---------- prompts and the real model path ----------
@@ -239,6 +254,8 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert "problem" in captured.err  # the progress bar counts problems
     report = json.loads((out / "metrics.json").read_text())
     assert report["k"] == 4 and report["benchmarks"]["amc-23"]["problems"] == 3
+    settings = {"batch_size": 2, "limit_problems": 3, "max_prompt_length": 2048, "temperature": 1.0, "top_p": 1.0}
+    assert {key: report[key] for key in settings} == settings  # what the draws depend on, besides model and seed
     assert set(report["metrics"]) >= {"eval/amc-23/mean@4", "eval/amc-23/pass@4", "eval/amc-23/best@4"}
     assert all(0.0 <= v <= 1.0 for v in report["metrics"].values())
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

@@ -93,7 +93,8 @@ class RolloutConfig:
     top_p: float = 1.0
     """nucleus sampling threshold (1.0 = off; top-k is always off)"""
     gen_batch_size: int = 256
-    """sequences per generation call (memory knob only, results do not depend on it)"""
+    """sequences per generation call (a memory knob; each call draws from the run's seeded random stream in turn, so
+    with the same seed a different gen_batch_size draws different, equally distributed, samples)"""
     decode: Literal["auto", "static", "compiled", "transformers"] = "auto"
     """decode step: 'static' (rpgrl.decode: static KV cache, fused projections; Qwen2/Qwen3/Llama), 'compiled'
     (the same step and the token draw as one torch.compile graph: seconds of compiling per rows x cache length,

@@ -165,8 +165,10 @@ def benchmark_metrics(
     correct: one row per problem, n booleans each (every problem has the same n).
     votes: the same shape, each sample's `vote_answer` (None = no answer).
     """
-    if not correct:
+    if len(correct) == 0:
         raise ValueError("benchmark_metrics: no problems")
+    if any(isinstance(row, (str, bytes)) or not hasattr(row, "__len__") for row in correct):
+        raise ValueError("benchmark_metrics: correct must be one sequence of booleans per problem")
     n = len(correct[0])
     if n == 0 or any(len(row) != n for row in correct):
         raise ValueError("benchmark_metrics: every problem needs the same number (>= 1) of samples")
@@ -296,6 +298,8 @@ class BenchmarkResult:
 
 
 def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
+    if limit is not None and not (isinstance(limit, int) and limit >= 1):
+        raise ValueError(f"limit_problems must be an integer >= 1 (or None for all), got {limit!r}")
     bench = b if isinstance(b, Benchmark) else load_benchmark(b)
     if limit is not None:
         bench = Benchmark(bench.name, bench.path, bench.problems[:limit])
@@ -320,8 +324,8 @@ def run_benchmarks(
     timeout: float = 1.0,
 ) -> list[BenchmarkResult]:
     """Sample `k` responses per problem through `sampler`, score them with `math_score`, compute the metrics."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if mode not in MODES:
         raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
     benches = _check_names([_as_benchmark(b, limit_problems) for b in benchmarks])
@@ -409,6 +413,8 @@ class EvalTracker:
             if len(parts) != 3 or parts[0] != "eval" or parts[2] != self.metric:
                 continue
             bench, value = parts[1], float(value)
+            if not math.isfinite(value):  # a NaN would stick as Best (nothing compares above it)
+                raise ValueError(f"EvalTracker: {key} is {value}, not a finite number")
             self.last[bench] = (step, value)
             if (step > 0 or self.include_step0) and (bench not in self.best or value > self.best[bench][1]):
                 self.best[bench] = (step, value)
@@ -438,7 +444,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")
     p.add_argument("--out", default=None, help="folder for metrics.json and samples.jsonl (default: print only)")
     p.add_argument("--max-new-tokens", type=int, default=2048, help="response length limit (paper: 2048)")
-    p.add_argument("--batch-size", type=int, default=8, help="problems per generation chunk (each has k rows)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="problems per generation chunk (each has k rows; the draws depend on it)")  # fmt: skip
     p.add_argument("--mode", choices=MODES, default="equiv", help="answer check: strict = the paper's rule")
     p.add_argument("--limit-problems", type=int, default=None, help="first N problems of each benchmark")
     p.add_argument("--max-prompt-length", type=int, default=2048, help="left-truncate prompts to this many tokens")
@@ -533,6 +540,11 @@ def write_report(out: Path, args: argparse.Namespace, results: Sequence[Benchmar
         "mode": args.mode,
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
+        "batch_size": args.batch_size,  # the sampler's chunks consume the seeded stream: the draws depend on it
+        "limit_problems": args.limit_problems,
+        "max_prompt_length": args.max_prompt_length,
+        "temperature": 1.0,
+        "top_p": 1.0,
         "metrics": flat_metrics(results),
         "benchmarks": {r.name: {"problems": len(r.problems), **r.metrics} for r in results},
     }
