@@ -308,6 +308,7 @@ EQUIV_TABLE = [
     ("Answer: x = 4 \\text{ or } x = 5", "5", False),
     ("Answer: $540$ (or $541$)", "540", False),
     ("Answer: 4 or 5", "4, 5", True),  # not a hedge where the truth has two values
+    ("Answer: $1000$ or $2000$", "1,000", False),  # ... but 1,000 is one value
     # unparseable LaTeX
     ("Answer: \\frac{", "5", False),  # unclosed group
     ("Answer: \\sqrt{}", "5", False),  # empty radicand

@@ -362,7 +362,7 @@ def is_hedge(answer: str, ground_truth: str) -> bool:
     >>> is_hedge("$540$ or $541$", "540"), is_hedge("$540$ (since $m=37$)", "540"), is_hedge("4 or 5", "4, 5")
     (True, False, False)
     """
-    if _MANY_VALUES.search(ground_truth):
+    if _MANY_VALUES.search(clean_answer(ground_truth)):  # 1,000 is one value
         return False
     if _OR_WORD.search(answer):
         return True
