@@ -89,6 +89,13 @@ def test_summarize_run_reads_last_best_and_collapse(tmp_path):
     evals[-1]["eval/accuracy"] = 0.35
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     assert not summarize_run(tmp_path)["collapsed"]
+    for start in range(30, 301):  # exactly 10 points below, as accuracies over 300 problems round: always collapsed
+        evals[0]["eval/accuracy"], evals[-1]["eval/accuracy"] = start / 300, (start - 30) / 300
+        (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+        assert summarize_run(tmp_path)["collapsed"], start
+        evals[-1]["eval/accuracy"] = (start - 29) / 300  # 9.67 points below: not
+        (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+        assert not summarize_run(tmp_path)["collapsed"], start
 
 
 def _tiny(cfg):

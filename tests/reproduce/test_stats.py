@@ -12,7 +12,8 @@ from rpgrl.reproduce.stats import MIN_SEEDS, Interval, mean_interval, paired_dif
 @pytest.mark.parametrize(
     ("p", "df", "table"),  # Student's t quantiles as printed in statistical tables (6 significant digits)
     [(0.975, 1, 12.7062), (0.975, 2, 4.30265), (0.975, 4, 2.77645), (0.975, 9, 2.26216), (0.975, 30, 2.04227),
-     (0.995, 3, 5.84091), (0.9, 5, 1.47588), (0.975, 10**4, 1.96020)],
+     (0.995, 3, 5.84091), (0.9, 5, 1.47588), (0.975, 10**4, 1.96020),
+     (0.9995, 1, 636.619), (0.9995, 2, 31.5991), (0.9995, 5, 6.86883), (0.995, 1, 63.6567)],  # the heavy tails
 )  # fmt: skip
 def test_t_quantile_matches_the_tables(p, df, table):
     assert t_quantile(p, df) == pytest.approx(table, rel=2e-5)
