@@ -1,4 +1,6 @@
-"""`rpgrl reproduce CLAIM... [--seeds N] [--quick] [--out DIR] [--report FILE] [--jobs J] [--no-run]`.
+"""Reproduce the paper's claims at small scale: seeded arms on the embedded task, paired t intervals, a verdict each.
+
+    rpgrl reproduce CLAIM... [--seeds N] [--quick] [--out DIR] [--report FILE] [--jobs J] [--no-run]
 
 Runs what is missing of the named claims (or `all`), then writes DIR/results.json and the Markdown report with one
 PNG per claim beside it (FILE's folder, in a subfolder named after FILE). An existing FILE is rewritten only when it
