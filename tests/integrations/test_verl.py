@@ -416,6 +416,21 @@ def test_bad_rpg_options_fail_when_verl_builds_the_config(overrides, match):
         compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce", *overrides)
 
 
+@pytest.mark.parametrize(
+    "mode, overrides, match",
+    [
+        ("rpg_urkl_differentiable", [PL + "beta=1e-4", PL + "clip=truncate"], "clip='truncate'.*needs style"),
+        ("rpg_urkl_reinforce", [PL + "beta=1e-4", PL + "clip=dual", PL + "kl_value_clamp=10"], "kl_value_clamp"),
+    ],
+)
+def test_option_combinations_fail_when_verl_builds_the_config(mode, overrides, match):
+    """Rules tying two options together (the mode's style and clip or kl_value_clamp) fail in the driver, where
+    verl builds the actor config, not at the first update after Ray, the model and a rollout."""
+    with pytest.raises(InstantiationException, match=match):
+        compose_actor(RPG_TARGET, f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}", *overrides)
+    compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce", *overrides[:2])
+
+
 def test_rpg_advantage_equals_verls_unscaled_grpo():
     """The `rpg` estimator is the group mean baseline: verl's grpo with norm_adv_by_std_in_grpo=False (an
     independent implementation), and a hand-worked case."""

@@ -46,6 +46,7 @@ Metrics are returned as detached 0-dim tensors under `actor/<rpgrl name>` (`acto
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,10 +90,16 @@ class RPGPolicyLossConfig(PolicyLossConfig):
                 "RPGPolicyLossConfig needs beta and clip: add +actor_rollout_ref.actor.policy_loss.beta=<float> and "
                 "+actor_rollout_ref.actor.policy_loss.clip=<dual|truncate|null>"
             )
+        mode = getattr(self, "loss_mode", None)
         try:
-            RPGOptions(**self.rpg_options()).check_values()  # cross-option rules need the mode: at the first call
+            options = RPGOptions(**self.rpg_options())
+            if mode in LOSS_MODES:  # the mode names the divergence and style: the rules tying options together too
+                _, divergence, style = mode.split("_")
+                dataclasses.replace(options, divergence=divergence, style=style).check()
+            else:  # the mode is set elsewhere: the cross-option rules wait for the first call
+                options.check_values()
         except OptionError as e:
-            raise ValueError(f"policy_loss.{e.option}: {e}") from None
+            raise ValueError(f"policy_loss.{e.option} with loss_mode {mode}: {e}") from None
 
     def rpg_options(self) -> dict[str, Any]:
         """The keyword arguments of `rpg_loss` this config sets (the clip range and c come from verl's actor)."""
