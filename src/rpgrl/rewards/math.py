@@ -395,9 +395,9 @@ def without_remarks(answer: str) -> str:
     >>> without_remarks("The answer is 113"), without_remarks("(C) 7"), without_remarks("540 (the remainder);")
     ('113', '7', '540')
     """
-    s = _ANSWER_IS.sub("", answer, count=1) if _ANSWER_IS.match(answer) else answer
-    s = _REVERSED.sub(r"\1", s) if _REVERSED.fullmatch(s) else s
-    s = _CHOICE.sub("", s, count=1) if _CHOICE.match(s) else s
+    s = answer[m.end() :] if (m := _ANSWER_IS.match(answer)) else answer
+    s = m.group(1) if (m := _REVERSED.fullmatch(s)) else s
+    s = s[m.end() :] if (m := _CHOICE.match(s)) else s
     for _ in range(3):  # remarks and marks in any order: 540 (the remainder);  540; (mod) ...
         s = _END_MARKS.sub("", _REMARK.sub("", s)).strip()
     m = _WRAPPED_NUMBER.fullmatch(s)
