@@ -33,10 +33,16 @@ HERE = Path(__file__).parent
 posix_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs POSIX signals and /proc")
 
 
+def _write_pid(out: Path) -> None:
+    """Atomically: the suite may kill a worker at any instant, and a half-written pid file would read as ''."""
+    (out / "pid.tmp").write_text(f"{os.getpid()}\n")
+    (out / "pid.tmp").replace(out / "pid")
+
+
 def _fake_warm(cfg_dict: dict, seed: int, path: str) -> None:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "pid").write_text(f"{os.getpid()}\n")
+    _write_pid(out)
     (out / "model").mkdir(exist_ok=True)
     (out / "model" / "config.json").write_text("{}\n")
     (out / "summary.json").write_text("{}\n")
@@ -45,7 +51,7 @@ def _fake_warm(cfg_dict: dict, seed: int, path: str) -> None:
 def _fake_run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val_samples: int) -> dict:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "pid").write_text(f"{os.getpid()}\n")
+    _write_pid(out)
     if seed >= FAIL:
         raise RuntimeError(f"boom in seed {seed}\nsecond line of the message")
     time.sleep(SLOW_SECONDS if seed >= SLOW else 0.1 * (5 - seed))
