@@ -176,6 +176,26 @@ def test_item21_grpo_equal_rewards_and_singletons():
     assert get_advantage("rloo")(rewards, group, mask)[16].item() == 0.7
 
 
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_a_group_of_equal_rewards_has_advantage_exactly_0(name, dtype):
+    """Whatever the value and the group size: in float64 the sum of 7 copies of 6.6e10, divided by 7, is not
+    6.6e10, and GRPO divided that rounding error by a std of the same size (A = 0.87 before the means were shifted
+    by the group's least reward). Beside the equal groups, a group with a spread keeps the whitening defined."""
+    adv = get_advantage(name)
+    for value in (0.1, -3.3, 1e8 + 0.3, 65853997387.997955, -9.87654321e11, 1e15 / 3):
+        for size in (2, 3, 5, 7):
+            rewards = torch.tensor([value] * size + [0.0, 1.0], dtype=dtype)
+            group = torch.tensor([5] * size + [2, 2])
+            out = adv(rewards, group, torch.ones(size + 2, 4, dtype=dtype))
+            if name == "reinforce_pp":  # no group baseline: whitened over the batch (checked below)
+                continue
+            assert torch.equal(out[:size], torch.zeros_like(out[:size])), (value, size, out[:size])
+    for value in (0.1, 65853997387.997955, -9.87654321e11):  # the whole batch equal: whitening gives exactly 0
+        out = whiten(torch.full((7, 3), value, dtype=dtype), torch.ones(7, 3, dtype=dtype))
+        assert torch.equal(out, torch.zeros_like(out)), (value, out)
+
+
 @pytest.mark.parametrize("name", ["reinforce_pp", "reinforce_pp_baseline"])
 @pytest.mark.parametrize("seed", range(3))
 def test_item22_whitening_gives_mean_0_and_bessel_variance_1(name, seed):

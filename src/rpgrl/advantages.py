@@ -7,7 +7,10 @@ Every estimator shares one signature (the `AdvantageFn` protocol):
 `group` marks responses to the same prompt (any integer ids, not necessarily contiguous); groups may have different
 sizes. Group statistics are computed with index_add (no Python loop over groups), in float64 whatever the rewards'
 dtype (float32 rewards of 1e20 have a variance float32 cannot hold), and the advantages are returned in the rewards'
-dtype; advantages that do not fit it raise ValueError. Estimators, with exact epsilons:
+dtype; advantages that do not fit it raise ValueError. A mean is taken as the least value plus the mean of the
+differences to it, so equal rewards give advantages of exactly 0 at any magnitude (a plain float64 mean of seven
+copies of 6.6e10 is off by an ulp, which GRPO's division by a std of the same size turned into A = 0.87).
+Estimators, with exact epsilons:
 
     rpg                     A_i = R_i - mean_g(R)                         size-1 group: mean 0 (A = R)
     drgrpo                  the same (Dr. GRPO's "no std"); a separate name so presets say what they mean
@@ -79,10 +82,10 @@ def rloo_advantage(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tenso
     _check(rewards, group, mask)
     r = rewards.double()
     inv, n = _group_index(group, r.dtype)
-    total = torch.zeros(n.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, r)[inv]
+    d = r - _group_min(r, inv, n.numel())  # shifted by the group's least reward: equal rewards give exactly 0
+    total = torch.zeros(n.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, d)[inv]
     n = n[inv]
-    baseline = torch.where(n > 1, (total - r) / (n - 1).clamp(min=1), torch.zeros_like(r))
-    return _back(r - baseline, rewards.dtype)
+    return _back(torch.where(n > 1, d - (total - d) / (n - 1).clamp(min=1), r), rewards.dtype)
 
 
 @register_advantage("reinforce_pp")
@@ -129,7 +132,8 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
     v = torch.where(m, values.double(), zero)
     if not bool(torch.isfinite(v).all()):
         raise ValueError(f"whiten: values are not finite at {tuple((~torch.isfinite(v)).nonzero()[0].tolist())}")
-    mu = v.sum() / n
+    low = torch.where(m, v, torch.full_like(v, float("inf"))).min()
+    mu = low + torch.where(m, v - low, zero).sum() / n  # shifted by the least value: equal values give exactly 0
     var = torch.where(m, (v - mu).square(), zero).sum() / (n - 1)
     return _back(torch.where(m, (v - mu) * torch.rsqrt(var + eps), zero), values.dtype)
 
@@ -151,12 +155,19 @@ def _group_index(group: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
     return inv, counts.to(dtype)
 
 
+def _group_min(values: torch.Tensor, inv: torch.Tensor, k: int) -> torch.Tensor:
+    """Per sample (B,): the least value of its group (`inv` from _group_index, `k` groups)."""
+    low = torch.empty(k, dtype=values.dtype, device=values.device)
+    return low.scatter_reduce_(0, inv, values, "amin", include_self=False)[inv]
+
+
 def _group_moments(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per sample (B,): group mean (0 for size-1 groups), Bessel group variance (0 for size-1 groups), group size."""
     inv, n = _group_index(group, rewards.dtype)
     k = n.numel()
-    mean = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, rewards) / n
-    mean = torch.where(n > 1, mean, torch.zeros_like(mean))[inv]  # (B,)
+    low = _group_min(rewards, inv, k)  # the mean as low + mean(rewards - low): exact for a group of equal rewards
+    above = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, rewards - low)
+    mean = torch.where(n[inv] > 1, low + above[inv] / n[inv], torch.zeros_like(low))  # (B,)
     sq = torch.zeros(k, dtype=rewards.dtype, device=rewards.device).index_add_(0, inv, (rewards - mean).square())
     var = torch.where(n > 1, sq / (n - 1).clamp(min=1), torch.zeros_like(sq))[inv]  # two-pass: no cancellation
     return mean, var, n[inv]
