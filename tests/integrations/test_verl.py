@@ -335,6 +335,23 @@ def test_an_all_masked_micro_batch_reports_the_same_metrics(base_actor, mode):
         assert Metric.aggregate_dp(ranks) == pytest.approx(float(full[name]) / 2)
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("agg", [*AGG_MODES, "seq-mean-token-sum-norm"])
+def test_an_all_masked_micro_batch_without_global_counts_is_zero(base_actor, level, agg):
+    """Called without global batch info (one process, no data parallelism), verl's agg_loss normalises by the
+    micro-batch's own count: 0 / 0 = NaN on a micro-batch with no valid token (its own losses do the same). The
+    plug-in's loss is 0 with a zero gradient there, and a micro-batch with a valid token is unchanged."""
+    config = actor_with(base_actor, batch_info=BATCH_INFOS["local"], clip="dual", level=level)
+    logp, old, adv, mask = random_batch(seed=14)
+    loss, grad, _ = verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv * 0, mask & False, agg, config)
+    assert loss == 0 and torch.isfinite(grad).all() and grad.abs().sum() == 0
+    one = mask & False
+    one[1, 0] = True
+    loss, grad, _ = verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv * one, one, agg, config)
+    ref = core_algos.agg_loss(loss_mat=torch.ones_like(logp), loss_mask=one, loss_agg_mode=agg)
+    assert torch.isfinite(loss) and grad[1, 0] != 0 and ref == 1 / (logp.shape[1] if agg.endswith("norm") else 1)
+
+
 def test_verls_model_patch_runs_next_to_rpgrls_trl_extra():
     """Issue 16: verl's FSDP engine calls apply_monkey_patch on every actor it builds, and that imported trl's
     AutoModelForCausalLMWithValueHead whenever trl was installed; trl >= 1.14 has no such class. With the plug-in

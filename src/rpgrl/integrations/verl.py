@@ -196,7 +196,9 @@ def _make_policy_loss(divergence: str, style: str):
             empty_metric=0.0,  # an all-masked micro-batch: as verl's own losses report it (masked means of nothing)
             **opts,
         )
-        if out.per_token is not None:
+        if out.per_token is not None and not bool(response_mask.bool().any()):
+            loss = out.per_token.sum()  # 0 with a zero gradient; agg_loss without global counts divides 0 by 0
+        elif out.per_token is not None:
             per_token = out.per_token if rollout_is_weights is None else out.per_token * rollout_is_weights
             loss = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch)
         elif not shared or rollout_is_weights is not None:
