@@ -168,6 +168,32 @@ def test_gradient_accumulation_gives_the_batch_gradient(trained, agg, monkeypatc
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg, monkeypatch):
+    """A completion masked by mask_truncated_completions has no valid token. TRL's own grpo loss averages the
+    per-sequence losses over every row (`.mean()`), so it still counts in the denominator: the loss is (B - 1) / B
+    of rpg_loss over the other rows alone (whose default normaliser counts the kept rows only, as verl does)."""
+    trainer, _ = trained
+    model = trainer.model
+    inputs = dict(trainer.seen[1])
+    mask = inputs["completion_mask"].clone()
+    mask[2] = 0
+    inputs["completion_mask"] = mask
+    monkeypatch.setattr(trainer.args, "agg", agg)
+    model.train()
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, inputs)
+        keep = mask.bool().any(-1)
+        alone = rpg_loss(
+            independent_logp(model, inputs)[keep], inputs["old_per_token_logps"][keep], inputs["advantages"][keep],
+            mask[keep], divergence="urkl", style="reinforce", beta=0.1, clip="dual", eps_low=0.02, eps_high=0.02,
+            c=1.05, agg=agg,
+        ).loss  # fmt: skip
+    B = mask.shape[0]
+    assert int(keep.sum()) == B - 1 and alone.abs() > 0
+    torch.testing.assert_close(loss, alone * (B - 1) / B, rtol=2e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
@@ -212,29 +238,3 @@ def test_an_all_masked_micro_batch_reports_every_metric_as_nan(level):
     (grad,) = torch.autograd.grad(empty.loss, logp)
     assert empty.loss.item() == 0 and grad.abs().sum() == 0
     assert torch.tensor([float(full["kl/urkl"]), float("nan")]).nanmean() == float(full["kl/urkl"])
-
-
-@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum"])
-def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg, monkeypatch):
-    """A completion masked by mask_truncated_completions has no valid token. TRL's own grpo loss averages the
-    per-sequence losses over every row (`.mean()`), so it still counts in the denominator: the loss is (B - 1) / B
-    of rpg_loss over the other rows alone (whose default normaliser counts the kept rows only, as verl does)."""
-    trainer, _ = trained
-    model = trainer.model
-    inputs = dict(trainer.seen[1])
-    mask = inputs["completion_mask"].clone()
-    mask[2] = 0
-    inputs["completion_mask"] = mask
-    monkeypatch.setattr(trainer.args, "agg", agg)
-    model.train()
-    with torch.no_grad():
-        loss = trainer.compute_loss(model, inputs)
-        keep = mask.bool().any(-1)
-        alone = rpg_loss(
-            independent_logp(model, inputs)[keep], inputs["old_per_token_logps"][keep], inputs["advantages"][keep],
-            mask[keep], divergence="urkl", style="reinforce", beta=0.1, clip="dual", eps_low=0.02, eps_high=0.02,
-            c=1.05, agg=agg,
-        ).loss  # fmt: skip
-    B = mask.shape[0]
-    assert int(keep.sum()) == B - 1 and alone.abs() > 0
-    torch.testing.assert_close(loss, alone * (B - 1) / B, rtol=2e-4, atol=1e-7)
