@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -150,6 +151,25 @@ def test_a_failed_run_stops_the_suite_at_once(tmp_path):
     assert started and not [pid for pid in started.values() if _alive(pid)]
     assert not list(tmp_path.glob("runs/*/record.json"))
     assert lock_holder(tmp_path) is None
+
+
+def test_a_stopped_suite_leaves_no_thread_behind(tmp_path, monkeypatch):
+    """The executor's manager thread is joined before the suite returns, however slowly it tears down (here 0.5 s
+    more, as on a loaded machine): one still ending at interpreter exit races CPython 3.11's exit hook, which then
+    prints a "Bad file descriptor" traceback after the suite's one-line message."""
+    from concurrent.futures import process
+
+    teardown = process._ExecutorManagerThread.join_executor_internals
+
+    def slow_teardown(self):
+        time.sleep(0.5)
+        teardown(self)
+
+    monkeypatch.setattr(process._ExecutorManagerThread, "join_executor_internals", slow_teardown)
+    threads = set(threading.enumerate())
+    with pytest.raises(RunFailed):
+        _suite(tmp_path, [SLOW, FAIL])
+    assert [t for t in threading.enumerate() if t not in threads and not t.daemon] == []
 
 
 def test_records_come_in_the_jobs_order_and_are_cached(tmp_path):

@@ -280,10 +280,14 @@ class _Workers:
     """The suite's worker processes: a spawn ProcessPoolExecutor (no inherited state: torch threads, CUDA) whose
     processes `kill()` ends at once. They are the `multiprocessing.active_children()` that appeared after the pool
     was made: a public API (the executor's own list, `_processes`, is private), which also holds a worker still
-    starting (a PID list reported by an initializer would miss it) and gives handles to reap them (no zombies)."""
+    starting (a PID list reported by an initializer would miss it) and gives handles to reap them (no zombies).
+    Likewise its manager thread is the non-daemon thread that appeared after: `kill()` joins it, for
+    `shutdown(wait=False)` lets it go on ending, and one still ending at interpreter exit races CPython 3.11's exit
+    hook, which then prints a "Bad file descriptor" traceback after the suite's last line."""
 
     def __init__(self, n: int):
         self.before = {p.pid for p in multiprocessing.active_children()}
+        self.threads_before = set(threading.enumerate())
         ctx = multiprocessing.get_context("spawn")
         self.pool = ProcessPoolExecutor(max(1, n), mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
         self.submit = self.pool.submit
@@ -300,7 +304,8 @@ class _Workers:
             p.kill()
         for p in procs:
             p.join(KILL_WAIT)
-        self.pool.shutdown(wait=True)  # the executor's manager thread sees them dead and ends
+        for t in [t for t in threading.enumerate() if t not in self.threads_before and not t.daemon]:
+            t.join(KILL_WAIT)  # the executor's manager thread: it sees the workers dead and ends
 
 
 def _unique(jobs: Iterable[Job]) -> list[Job]:
