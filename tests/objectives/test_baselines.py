@@ -416,6 +416,20 @@ def test_overflowing_loss_is_refused_and_a_finite_one_has_finite_metrics():
     assert close(out.metrics["loss/policy"].double(), -1.0 * math.exp(-88.5), tol=1e-40)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_kl_term_at_beta_0_is_inert_even_where_it_overflows(dtype):
+    """beta = 0: the loss, its gradient and loss/kl are the KL-free ones, and 0, though the KL term overflows (k3 at
+    logp = -100 in float32, and its aggregate over a normalizer of 2^-20 in float64): 0 x inf made the float32 loss
+    NaN (refused as an overflow) and loss/kl NaN. kl/penalty still reports the term, saturated at 1e30."""
+    lp = torch.full((1, 4), -100.0 if dtype == torch.float32 else -700.0, dtype=dtype)
+    out, g = _loss_grad(lp, kl="k3", beta=0.0, normalizer=2.0**-20)
+    lp0 = lp.clone().requires_grad_()
+    ref = ppo_loss(lp0, torch.zeros_like(lp), torch.ones(1, dtype=dtype), torch.ones_like(lp), normalizer=2.0**-20)
+    (g_ref,) = torch.autograd.grad(ref.loss, lp0)
+    assert out.loss == ref.loss and torch.equal(g, g_ref)
+    assert out.metrics["loss/kl"] == 0 and out.metrics["kl/penalty"] == torch.tensor(1e30, dtype=dtype)
+
+
 def test_ppo_loss_reports_log_w_like_rpg_loss():
     """log_w/max, /min and /abs_mean over the valid tokens only (padding holds garbage), as rpg_loss reports them."""
     from rpgrl.objectives import rpg_loss

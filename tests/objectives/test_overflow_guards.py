@@ -317,3 +317,46 @@ def test_a_term_at_u_equal_one_is_zero_whatever_rho(divergence):
     assert bool(torch.isfinite(lu.grad).all())
     if divergence in ("ufkl", "urkl"):  # their gradient rho u phi'(1) is 0 (fkl's and rkl's, -+rho, overflows)
         assert dv.rho_u_dphi(divergence, lu.detach(), lr).tolist() == [0.0, 0.0] == lu.grad.tolist()
+
+
+def _reinforce_normalizer(lp: torch.Tensor) -> object:
+    """REINFORCE: the weight w A = 1e38 fits float32; divided by the normalizer 2^-10 it does not, while the loss,
+    that quotient times logp = -1e-6, is about 1e35."""
+    adv = torch.tensor([1e38], dtype=lp.dtype)
+    return rpg_loss(lp, lp.detach(), adv, torch.ones(1, 2, dtype=torch.bool), divergence="ufkl", style="reinforce",
+                    beta=0.0, normalizer=2.0**-10)  # fmt: skip
+
+
+def _cancelling(loss):
+    """Two tokens of opposite advantages +-3e38 at w = 1: their loss terms cancel, each token's gradient weight
+    3e38 / 0.125 does not fit float32."""
+
+    def call(lp: torch.Tensor) -> object:
+        adv = torch.tensor([[3e38, -3e38]], dtype=lp.dtype)
+        mask = torch.ones(1, 2, dtype=torch.bool)
+        if loss is ppo_loss:
+            return ppo_loss(lp, lp.detach(), adv, mask, normalizer=0.125)
+        return rpg_loss(lp, lp.detach(), adv, mask, divergence="rkl", style="differentiable", beta=0.0, clip="dual",
+                        normalizer=0.125)  # fmt: skip
+
+    return call
+
+
+@pytest.mark.parametrize(
+    "call",
+    [_reinforce_normalizer, _cancelling(rpg_loss), _cancelling(ppo_loss)],
+    ids=["rpg-reinforce-normalizer", "rpg-dual-clip-cancelling", "ppo-cancelling"],
+)
+def test_a_finite_loss_whose_gradient_overflows_raises_in_backward(call):
+    """The forward's refusals see the loss and each term's weight, not that weight times the aggregation's
+    1 / normalizer, and opposite terms cancel in the loss: these losses fit float32 while their gradient, in a
+    float64 reference, does not (autograd gave inf). Backward now raises LossOverflow, in one line."""
+    ref = torch.full((1, 2), -1e-6, dtype=torch.float64, requires_grad=True)
+    call(ref).loss.backward()
+    assert ref.grad.abs().max() > F32_MAX
+    lp = torch.full((1, 2), -1e-6, requires_grad=True)
+    out = call(lp)
+    assert torch.isfinite(out.loss), out.loss
+    with pytest.raises(LossOverflow, match=r"gradient overflows torch.float32 under a finite loss") as info:
+        out.loss.backward()
+    assert "\n" not in str(info.value)

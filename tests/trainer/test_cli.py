@@ -494,18 +494,38 @@ def test_progress_false_prints_no_progress_bar(capsys, tmp_path):
     assert hf_logging.is_progress_bar_enabled()  # put back for the rest of the process
 
 
-def test_a_loss_that_overflows_mid_run_is_a_diverged_run(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_loss_that_overflows_mid_run_is_a_diverged_run(capsys, tmp_path, monkeypatch, where):
     """The loss refusing ratios it cannot represent (`LossOverflow`, e.g. an unclipped sequence-level w past
-    float32) is a diverged run: one line naming it, exit 2, the steps before it kept (was a traceback)."""
+    float32), in its forward or, for a finite loss whose gradient overflows, in backward, is a diverged run: one line
+    naming it, exit 2, the steps before it kept (was a traceback)."""
+    import dataclasses
+
+    import torch
+
     from rpgrl.objectives import LOSSES, LossOverflow
+
+    message = "rpg_loss overflowed (its gradient, log w per sequence in [0, 95]): a ratio is too big"
+
+    class InBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise LossOverflow(message)
 
     real, calls = LOSSES.get("rpg"), []
 
     def overflowing(*args, **kwargs):
         calls.append(1)
-        if len(calls) > 5:  # step 2: 1 call checks the options at setup, a step makes 4 (2 mini x 2 micro-batches)
-            raise LossOverflow("rpg_loss overflowed (its gradient, log w per sequence in [0, 95]): a ratio is too big")
-        return real(*args, **kwargs)
+        if len(calls) > 5 and where == "forward":  # step 2: 1 call checks the options at setup, 4 calls a step
+            raise LossOverflow(message)
+        out = real(*args, **kwargs)
+        if len(calls) > 5:  # step 2's first backward raises
+            return dataclasses.replace(out, loss=InBackward.apply(out.loss))
+        return out
 
     monkeypatch.setitem(LOSSES._items, "rpg", overflowing)
     out = tmp_path / "run"

@@ -35,7 +35,7 @@ import torch
 
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
-from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors
+from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
 from rpgrl.objectives.kl import grpo_kl_term, k3, log_form_units
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
@@ -68,7 +68,8 @@ def ppo_loss(
     anchor = `ref_logp` when given, else `old_logp` (the iterative reference of spec 6). `kl_clamp` clamps the KL
     term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`;
     where it binds the gradient is 0, also where the unclamped term overflows. A loss that overflows raises
-    `LossOverflow` (a ValueError), as does a finite corrected KL term whose gradient's factors overflow.
+    `LossOverflow` (a ValueError), as does a finite corrected KL term whose gradient's factors overflow, and
+    backward where the gradient of logp is not finite under a finite loss (`checks.finite_gradient`).
 
     loss = aggregate(per_token, mask, agg, normalizer): pass the global token (token-mean) or sequence count
     (seq-mean-*) as `normalizer` when micro-batching, and the micro-batch losses add up to the full-batch loss.
@@ -86,6 +87,7 @@ def ppo_loss(
     _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
     m = check_tensors(logp, old_logp, advantages, mask, {"ref_logp": ref_logp}, loss="ppo_loss")
     check_finite({"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "advantages": advantages}, m)
+    logp = finite_gradient(logp, "ppo_loss")
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     # Padding is replaced by 0 before any math: garbage (even inf/NaN) there reaches neither value nor gradient.
     logp = torch.where(m, logp, zero)
@@ -103,8 +105,9 @@ def ppo_loss(
         if clamped is not None:
             metrics["kl/frac_clamped"] = masked_mean(clamped.to(logp.dtype), m)
         kl_value = aggregate(kl_term.detach().to(torch.float64), m, agg, normalizer)  # metric only: no overflow
-        kl_loss = beta * kl_value
-        per_token = pg + beta * kl_term
+        if beta != 0:  # beta = 0: the term is inert (0 x an overflowed term would be NaN, in the loss or metric)
+            kl_loss = beta * kl_value
+            per_token = pg + beta * kl_term
         metrics["kl/penalty"] = kl_value
 
     loss = aggregate(per_token, m, agg, normalizer)

@@ -51,7 +51,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import METRIC_LIMIT, LossOutput, register_loss, reported
-from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors
+from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
 
@@ -110,7 +110,8 @@ def rpg_loss(
         clip=None or kl_in_clip=False).
       `max_log_w=M`: clamp log w (per unit) to <= M before anything else (zero gradient above).
     Without guards, an overflowing loss (e.g. unclipped w = exp(5000) at sequence level), or a finite loss whose
-    gradient weight w A + C overflows, raises `LossOverflow` (a ValueError) instead of returning inf/NaN.
+    gradient weight w A + C overflows, raises `LossOverflow` (a ValueError) instead of returning inf/NaN; so does
+    backward, where the gradient of logp is not finite under a finite loss (`checks.finite_gradient`).
 
     Aggregation (`agg`, `normalizer` as in `reduce.aggregate`): a sequence-level unit's loss l_i is treated as
     response i's token-sum: token-mean -> sum_i l_i / N_tok; seq-mean-token-sum -> sum_i l_i / B (the paper-exact
@@ -131,6 +132,7 @@ def rpg_loss(
                    eps_high=eps_high, c=c, branch=branch, kl_in_clip=kl_in_clip, analogue=analogue,
                    kl_value_clamp=kl_value_clamp, max_log_w=max_log_w).check()  # fmt: skip
     check_normalizer(normalizer)
+    logp = finite_gradient(logp, "rpg_loss")
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
     if style == "differentiable":
         loss_unit, kl_unit = _differentiable(r, o)

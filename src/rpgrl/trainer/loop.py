@@ -482,7 +482,10 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
                 raise Diverged(f"the policy's log-probs are not finite (NaN or inf) after an optimizer step: its "
                                f"weights diverged ({DIVERGED_HINT})") from None  # fmt: skip
             raise
-        out.loss.backward()
+        try:
+            out.loss.backward()
+        except LossOverflow as e:  # a finite loss whose gradient overflows (the losses' backward guard)
+            raise Diverged(f"{first_line(e)} ({DIVERGED_HINT})") from None
         m = dict(out.metrics)
         m[M.KL_ANCHOR] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
         micro.append(m)
