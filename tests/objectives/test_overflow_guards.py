@@ -56,14 +56,17 @@ def test_rpg_differentiable_never_gives_a_finite_loss_with_a_non_finite_gradient
     assert raised > 0 or (clip, divergence) == ("dual", "fkl")  # the sweep reaches the overflow (fkl's -log u: none)
 
 
-def test_corrected_k3_whose_backward_overflows_under_a_finite_loss_raises():
+def test_corrected_k3_whose_autograd_backward_overflowed_gets_its_exact_gradient():
     """w k3(pi_ref/pi_theta) at log w = 88.5, log(pi_ref/pi_theta) = 0.5: the value 4.05e37 and the gradient
-    -w (log r) = -1.4e38 fit float32, but backward reaches them through w pi_ref/pi_theta = e^89 (inf)."""
+    -w (log r) = -1.4e38 fit float32, but autograd reached them through w pi_ref/pi_theta = e^89 (inf), so the loss
+    was refused. The gradient is now formed as -w x: the closed form, in float64, to float32's precision."""
     assert math.exp(88.5) * (math.exp(0.5) - 1.5) < F32_MAX and math.exp(88.5) * 0.5 < F32_MAX < math.exp(89.0)
     lp = _one(-1.0, grad=True)
-    with pytest.raises(LossOverflow, match="corrected KL term"):
-        ppo_loss(lp, _one(-89.5), torch.tensor([0.0]), torch.ones(1, 1), kl="k3_corrected", beta=1.0,
-                 ref_logp=_one(-0.5))  # fmt: skip
+    out = ppo_loss(lp, _one(-89.5), torch.tensor([0.0]), torch.ones(1, 1), kl="k3_corrected", beta=1.0,
+                   ref_logp=_one(-0.5))  # fmt: skip
+    out.loss.backward()
+    assert math.isclose(out.loss.item(), math.exp(88.5) * (math.exp(0.5) - 1.5), rel_tol=1e-5)
+    assert math.isclose(lp.grad.item(), -0.5 * math.exp(88.5), rel_tol=1e-5)
 
 
 @pytest.mark.parametrize("kl", ["k1", "k3", "k3_corrected"])
@@ -360,3 +363,31 @@ def test_a_finite_loss_whose_gradient_overflows_raises_in_backward(call):
     with pytest.raises(LossOverflow, match=r"gradient overflows torch.float32 under a finite loss") as info:
         out.loss.backward()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("form", ["grpo corrected", "reverse", "forward"])
+def test_weighted_k3_gradients_match_the_closed_form_where_autograd_cancelled(form, dtype):
+    """d/dlogp of the weighted k3 terms against the closed forms in float64 (s, a: the sampler's and the anchor's
+    log-probs): reverse (and GRPO's corrected term) -(a - logp) e^(logp - s), forward e^(a - s) expm1(logp - a).
+    Autograd's chain rule for the reverse form, w k3(x) - w expm1(x) with x = a - logp, cancelled: 0 from x = 25 in
+    float32 and x = 60 in float64, where the KL term's gradient matters most (the policy far below the reference)."""
+    big = 88.0 if dtype == torch.float32 else 700.0
+    for s in (-40.0, -5.0, 0.0):
+        for x in (-big, -60.0, -17.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 17.0, 25.0, 40.0, 60.0, big):
+            lp = torch.tensor([-3.0], dtype=dtype, requires_grad=True)
+            a, sv = torch.tensor([-3.0 + x], dtype=dtype), torch.tensor([s], dtype=dtype)
+            if form == "grpo corrected":
+                term = grpo_kl_term(lp, a, sv, corrected=True)
+            else:
+                term = anchored_kl_term(lp, a, sv, direction=form)
+            (g,) = torch.autograd.grad(term.sum(), lp)
+            lp64, a64 = -3.0, float(a)  # the dtype's own inputs, in float64
+            if form == "forward":
+                exact = math.exp(a64 - s) * math.expm1(lp64 - a64) if a64 - s < 709 else math.inf
+            else:
+                exact = -(a64 - lp64) * math.exp(lp64 - s)
+            if not abs(exact) < torch.finfo(dtype).max:
+                continue
+            assert math.isclose(g.item(), exact, rel_tol=1e-5 if dtype == torch.float32 else 1e-12, abs_tol=1e-300), (
+                form, s, x, g.item(), exact)  # fmt: skip

@@ -36,7 +36,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
-from rpgrl.objectives.kl import grpo_kl_term, k3, log_form_units
+from rpgrl.objectives.kl import grpo_kl_term, k3
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
@@ -68,8 +68,8 @@ def ppo_loss(
     anchor = `ref_logp` when given, else `old_logp` (the iterative reference of spec 6). `kl_clamp` clamps the KL
     term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`;
     where it binds the gradient is 0, also where the unclamped term overflows. A loss that overflows raises
-    `LossOverflow` (a ValueError), as does a finite corrected KL term whose gradient's factors overflow, and
-    backward where the gradient of logp is not finite under a finite loss (`checks.finite_gradient`).
+    `LossOverflow` (a ValueError), as does backward where the gradient of logp is not finite under a finite loss
+    (`checks.finite_gradient`; the corrected KL term's gradient is formed directly, `kl._WeightedK3`).
 
     loss = aggregate(per_token, mask, agg, normalizer): pass the global token (token-mean) or sequence count
     (seq-mean-*) as `normalizer` when micro-batching, and the micro-batch losses add up to the full-batch loss.
@@ -114,13 +114,6 @@ def ppo_loss(
     if not torch.isfinite(loss):
         raise LossOverflow(
             f"ppo_loss overflowed (loss = {loss.item()}): an advantage or the KL term is too large to represent"
-        )
-    # what reaches a token's term from the loss: beta times its aggregation weight, at most max(1, 1/normalizer)
-    scale = beta * (max(1.0, 1.0 / float(normalizer)) if normalizer is not None else 1.0) if kl == "k3_corrected" else 0
-    if kl == "k3_corrected" and not _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped, scale):
-        raise LossOverflow(
-            "ppo_loss overflowed (the gradient of the corrected KL term w * k3(pi_anchor / pi_theta)): pi_anchor / "
-            "pi_old is too large to represent; set kl_clamp, or take smaller steps"
         )
     metrics["loss/policy"] = aggregate(pg.detach().to(torch.float64), m, agg, normalizer)
     metrics[M.LOSS_KL] = kl_loss
@@ -183,24 +176,6 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
             raw = torch.where(raw.isnan(), exact, raw)
         fill = raw.clamp(-kl_clamp, kl_clamp)
     return torch.where(clamped, fill, term(torch.where(clamped, anchor, logp))), clamped
-
-
-def _corrected_kl_gradient_finite(logp, anchor, old_logp, clamped, scale: float) -> bool:
-    """Whether backward of w * k3(x), w = exp(logp - old_logp), x = anchor - logp, stays finite where the term is
-    not clamped: its gradient w (logp - anchor) is reached through the factor w exp(x) = pi_anchor / pi_old, which
-    overflows (inf - inf) before the gradient itself does. `scale` bounds what reaches each term from the loss (beta
-    times the largest aggregation weight): backward multiplies it into k3(x) and w first, so beta k3(x) can overflow
-    where k3(x) does not. Padding holds 0 in all three. Shapes: (B, T)."""
-    with torch.no_grad():
-        lp, a, o = logp.detach(), anchor, old_logp
-        ok = torch.isfinite(torch.exp(a - o) * scale) & torch.isfinite(torch.exp(lp - o) * (lp - a) * scale)
-        ok &= torch.isfinite(torch.expm1(a - lp) * scale)
-        # where the term was taken in log space (w underflowed under k3 = inf) backward forms neither factor: its
-        # gradient is the term times (1 - d log k3 / dx), less than twice the term in size
-        log_form = log_form_units(lp - o, a - lp)
-        if bool(log_form.any()):
-            ok = torch.where(log_form, torch.isfinite(2 * scale * grpo_kl_term(lp, a, o, corrected=True)), ok)
-        return bool((ok if clamped is None else ok | clamped).all())
 
 
 @register_loss("grpo")

@@ -71,7 +71,7 @@ def grpo_kl_term(
     logp, ref_logp, old_logp = _unmasked(mask, logp, ref_logp, old_logp)
     if not corrected:
         return k3(ref_logp - logp)  # r = pi_ref / pi_theta
-    return _times_w(logp - old_logp, ref_logp - logp)
+    return _WeightedK3.apply(logp, ref_logp, old_logp, "reverse")
 
 
 def anchored_kl_term(
@@ -102,9 +102,35 @@ def anchored_kl_term(
     if direction not in ("reverse", "forward"):
         raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
     logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
-    if direction == "reverse":
-        return _times_w(logp - sampler_logp, anchor_logp - logp)
-    return _times_w(anchor_logp - sampler_logp, logp - anchor_logp)
+    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction)
+
+
+class _WeightedK3(torch.autograd.Function):
+    """The importance-weighted k3 terms of `anchored_kl_term`, with a as the anchor's and s as the sampler's log-prob:
+        reverse: e^(logp - s) k3(a - logp),  d/dlogp = (logp - a) e^(logp - s)
+        forward: e^(a - s) k3(logp - a),     d/dlogp = e^(a - s) expm1(logp - a)
+    The value is `_times_w`'s. The gradient is formed as written, in log space: autograd's chain rule for the reverse
+    form, w k3(x) - w expm1(x) with x = a - logp, cancels to 0 once x passes ~17 in float32 (~37 in float64), where
+    the true gradient is -x w, and its factor w e^x overflows before the gradient does (both directions). The anchor
+    and the sampler are constants: they get no gradient. Shapes: any, alike."""
+
+    @staticmethod
+    def forward(ctx, logp, anchor, sampler, direction: str):
+        reverse = direction == "reverse"
+        log_w, x = (logp - sampler, anchor - logp) if reverse else (anchor - sampler, logp - anchor)
+        ctx.save_for_backward(log_w, x)
+        ctx.reverse = reverse
+        return _times_w(log_w, x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_w, x = ctx.saved_tensors
+        if ctx.reverse:  # -x w
+            sign, log_size = -torch.sign(x), torch.log(x.abs())
+        else:  # w expm1(x): log|expm1(x)| = x + log(-expm1(-x)) for x > 0, log(-expm1(x)) for x < 0
+            sign, log_size = torch.sign(x), torch.where(x > 0, x, 0.0) + torch.log(-torch.expm1(-x.abs()))
+        factor = torch.where(x == 0, 0.0, sign * torch.exp(torch.where(x == 0, 0.0, log_w + log_size)))
+        return grad * factor, None, None, None
 
 
 def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
