@@ -391,3 +391,53 @@ def test_weighted_k3_gradients_match_the_closed_form_where_autograd_cancelled(fo
                 continue
             assert math.isclose(g.item(), exact, rel_tol=1e-5 if dtype == torch.float32 else 1e-12, abs_tol=1e-300), (
                 form, s, x, g.item(), exact)  # fmt: skip
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("style", ["differentiable", "reinforce"])
+@pytest.mark.parametrize("clip", [None, "dual"])
+@pytest.mark.parametrize("log_rho_total", [-85.0, 85.0])
+def test_an_anchor_85_nats_from_the_sampler_gives_the_float64_loss(divergence, style, clip, log_rho_total):
+    """Sequence level, w = 1, a separate anchor with log rho = -+85 over the response (8.5 per token x 10 tokens):
+    rho and u are normal float32 numbers, but u log u (e^85 x 85) is not, while rho u log u = +-85 is; rpg_loss
+    refused it as an overflow (at -85, in rkl and urkl).
+    Reference: float64; a KL term beyond float32's largest is refused."""
+
+    def run(dtype):
+        old = torch.full((2, 10), -1.0, dtype=dtype)
+        lp = old.clone().requires_grad_()
+        out = rpg_loss(lp, old, torch.tensor([1.0, -1.0], dtype=dtype), torch.ones(2, 10), anchor_logp=old +
+                       log_rho_total / 10, level="sequence", divergence=divergence, style=style, beta=1e-4,
+                       clip=clip)  # fmt: skip
+        (g,) = torch.autograd.grad(out.loss, lp)
+        return out.loss.item(), g.double()
+
+    from rpgrl.objectives import divergences as dv
+
+    v64, g64 = run(torch.float64)
+    lu, lr = torch.tensor([-log_rho_total], dtype=torch.float64), torch.tensor([log_rho_total], dtype=torch.float64)
+    if style == "differentiable" and dv.regularizer(divergence, lu, lr).abs() > F32_MAX:
+        # +85 with fkl / ufkl: the KL term before beta, rho (-log u) ~ e^85 x 85, passes float32's largest
+        with pytest.raises(LossOverflow):
+            run(torch.float32)
+        return
+    v32, g32 = run(torch.float32)
+    assert v32 == pytest.approx(v64, rel=1e-5, abs=1e-6)
+    assert torch.allclose(g32, g64, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+def test_rho_phi_backward_where_rho_times_log_u_passes_float32(divergence):
+    """rho phi(u) at log u = -87, log rho = 87 (both normal float32 numbers): backward multiplied rho = e^87 into
+    phi's factor log u first (e^87 x 87 = inf) though the gradient, rho u phi'(u) (rkl: w (log u + 1) = -86), fits.
+    Reference: float64."""
+    from rpgrl.objectives import divergences as dv
+
+    def grad(dtype):
+        lu = torch.tensor([-87.0], dtype=dtype, requires_grad=True)
+        (g,) = torch.autograd.grad(dv.rho_phi(divergence, lu, torch.tensor([87.0], dtype=dtype)).sum(), lu)
+        return g.item()
+
+    ref = grad(torch.float64)
+    assert abs(ref) < F32_MAX
+    assert grad(torch.float32) == pytest.approx(ref, rel=1e-5)

@@ -93,13 +93,21 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
 
 
 def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
-    """Where rho = exp(log_rho) and u = exp(log_u) are both normal floats of their dtype (bool, their shape), so that
-    rho times a function of u is exact to rounding. Elsewhere (a separate anchor far from the sampler: a
-    sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is 0, a denormal or
-    inf, and the product is 0 * inf = NaN, inf times a tiny value, or a denormal's few digits: the terms are then
+    """Where rho = exp(log_rho) and u = exp(log_u) are both normal floats of their dtype and every function of u
+    here (u log u, u (log u + 1), ...) fits it, as does rho times 1 + |log u| (bool, their shape), so that rho times
+    a function of u is exact to rounding and so is its backward. Elsewhere (a separate anchor far from the sampler:
+    a sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is 0, a denormal or
+    inf, or u log u overflows under an rho that brings the product back (log u = 85, log rho = -85: rho u log u =
+    85), and the product is 0 * inf = NaN, inf times a tiny value, or a denormal's few digits: the terms are then
     written in w = rho u and rho (`rho_u_dphi`, `rho_phi`, `regularizer`)."""
-    limit = -math.log(torch.finfo(log_u.dtype).tiny)  # 87.3 in float32, 708.4 in float64
-    return (log_u.detach().abs() < limit) & (log_rho.abs() < limit)
+    info = torch.finfo(log_u.dtype)
+    limit, log_max = -math.log(info.tiny), math.log(info.max)  # 87.3 / 708.4 and 88.7 / 709.8 (float32 / 64)
+    top = log_max - math.log1p(log_max)  # u (log u + 1) fits below: 84.2 / 703.2
+    lu = log_u.detach()
+    ok = (lu > -limit) & (lu < top) & (log_rho.abs() < limit)
+    # backward multiplies rho into the factors of phi (log u, up to |log u| + 1) before u: keep rho times them within
+    # the dtype, with e^8 (~3000) to spare for what the loss multiplies in first (beta, 1 / normalizer)
+    return ok & (log_rho + torch.log1p(lu.abs()) < log_max - 8.0)
 
 
 def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool) -> torch.Tensor:
