@@ -196,6 +196,32 @@ def test_a_group_of_equal_rewards_has_advantage_exactly_0(name, dtype):
         assert torch.equal(out, torch.zeros_like(out)), (value, out)
 
 
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_gradients_through_the_advantages_are_finite_and_match_central_differences(name):
+    """A group of equal rewards beside one with a spread: GRPO's std of the equal group is sqrt(0), whose backward
+    is inf, so the equal rows' gradient was NaN. The gradient (of A . v, v random) against central differences in
+    float64: a symmetric step moves that std by the same amount either way, so it contributes 0; GRPO's equal rows take
+    a step of 1e-12 (far below its eps of 1e-6: A is linear there only), every other step is 1e-6."""
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.tensor([0.0, 0.0, 0.0, 5.0, 7.0, 2.0], dtype=F64)
+    group, mask = torch.tensor([0, 0, 0, 1, 1, 1]), torch.ones(6, 3, dtype=F64)
+    v = torch.randn(6, 3, generator=g, dtype=F64)
+    adv = get_advantage(name)
+
+    def a(r: torch.Tensor) -> torch.Tensor:
+        out = adv(r, group, mask)
+        return out[:, None] if out.dim() == 1 else out
+
+    r = rewards.clone().requires_grad_()
+    (grad,) = torch.autograd.grad((a(r) * v).sum(), r)
+    assert torch.isfinite(grad).all(), grad
+    for i in range(6):
+        e = torch.zeros(6, dtype=F64)
+        e[i] = h = 1e-12 if i < 3 and name == "grpo" else 1e-6
+        fd = (((a(rewards + e) - a(rewards - e)) / (2 * h)) * v).sum().item()  # differences first: A is ~h there
+        assert grad[i].item() == pytest.approx(fd, rel=1e-4, abs=1e-4 * max(1.0, abs(fd))), (i, grad)
+
+
 @pytest.mark.parametrize("name", ["reinforce_pp", "reinforce_pp_baseline"])
 @pytest.mark.parametrize("seed", range(3))
 def test_item22_whitening_gives_mean_0_and_bessel_variance_1(name, seed):

@@ -71,7 +71,8 @@ def grpo_advantage(
     _check_eps(eps)
     r = rewards.double()
     mean, var, n = _group_moments(r, group)
-    std = torch.where(n > 1, var.sqrt(), torch.ones_like(var))
+    spread = var > 0  # sqrt's backward at 0 is inf (x 0 = NaN): an all-equal group's std is 0 with gradient 0
+    std = torch.where(n > 1, torch.where(spread, torch.where(spread, var, 1.0).sqrt(), 0.0), torch.ones_like(var))
     return _back((r - mean) / (std + eps), rewards.dtype)
 
 
