@@ -76,6 +76,21 @@ def make_trainer(tmp_path, *, seed=0, **overrides):
     return trainer
 
 
+@pytest.fixture(autouse=True)
+def _accelerate_state_kept():
+    """Building a TRL config resets accelerate's process-wide state (`AcceleratorState._reset_state`), after which
+    the module's trained trainer fails ("make sure to properly initialize your accelerator"): each test gets the
+    state it found back, so the tests pass in any order (`-k`, `--lf`)."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    saved = [(cls, dict(cls._shared_state)) for cls in (PartialState, AcceleratorState)]
+    yield
+    for cls, state in saved:
+        if state:  # a state made during the test (none before) stays: later tests may need it
+            cls._shared_state.clear()
+            cls._shared_state.update(state)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     trainer = make_trainer(tmp_path_factory.mktemp("rpg"), num_iterations=2)

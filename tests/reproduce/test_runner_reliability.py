@@ -28,7 +28,8 @@ from rpgrl.reproduce.runner import Job, RunFailed, cached_record, config_key, ru
 from rpgrl.trainer.rundir import RunLock, lock_holder
 
 SLOW, FAIL = 100, 900
-SLOW_SECONDS = 30.0  # longer than any test waits for a stop, short enough that a regression fails in minutes
+SLOW_SECONDS = 60.0  # far longer than any test waits for a stop (a failure must stop the suite within half of it,
+# spawning workers that import torch included: 1.5-4 s measured), short enough that a regression fails in minutes
 WARM = Config()
 HERE = Path(__file__).parent
 posix_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs POSIX signals and /proc")

@@ -452,7 +452,10 @@ ADVERSARIAL = [
 
 
 @pytest.mark.parametrize("i", range(len(ADVERSARIAL)), ids=[a[:24] for a in ADVERSARIAL])
-def test_adversarial_answers_are_wrong_within_two_seconds(i):
+def test_adversarial_answers_are_wrong_within_the_time_limit(i):
+    """Each is judged wrong, in math_score's time limit (1 s) plus the hard bound's slack; the rest of the bound is
+    room for a loaded machine (a worker stopped by its timer, or killed and replaced, measured 1.0-1.3 s), far below
+    what these inputs take unbounded (minutes, or memory without end)."""
     response = ("Answer: {}", "\\boxed{{{}}}")[i % 2].format(ADVERSARIAL[i])  # as an answer line or a bare box
     from rpgrl.rewards import _mathverify
 
@@ -460,7 +463,7 @@ def test_adversarial_answers_are_wrong_within_two_seconds(i):
     t0 = time.monotonic()
     assert not math_score(response, "5", mode="equiv")
     assert not math_score(response, "5", mode="strict")
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 1.0 + _mathverify.HARD_SLACK + 3.0
 
 
 def test_hard_bound_kills_a_stuck_worker_and_recovers():
@@ -473,7 +476,9 @@ def test_hard_bound_kills_a_stuck_worker_and_recovers():
     t0 = time.monotonic()
     assert _mathverify.equivalent("0.5", "\\frac{1}{2}", timeout=0.5) is False  # judged wrong, not hung
     elapsed = time.monotonic() - t0
-    assert 0.5 <= elapsed < 0.5 + _mathverify.HARD_SLACK + 0.5
+    # 0.8 s measured (the timeout, the slack, the kill and the replacement's start); the rest is room for a loaded
+    # machine (a full garbage collection of the suite's process alone takes ~0.3 s); hung would be forever
+    assert 0.5 <= elapsed < 0.5 + _mathverify.HARD_SLACK + 3.0
     assert stuck.proc.poll() is not None  # killed
     assert math_score("Answer: 0.5", "\\frac{1}{2}")  # a fresh worker took over
 
@@ -482,16 +487,15 @@ def test_equiv_works_off_the_main_thread():
     results = []
 
     def work():
-        t0 = time.monotonic()
         results.append((math_score("Answer: 0.5", "\\frac{1}{2}"), math_score("Answer: (x+y+z)^{200}", "5")))
-        results.append(time.monotonic() - t0)
 
     threads = [threading.Thread(target=work) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=30)
-    assert results[0::2] == [(True, False)] * 2
+        t.join(timeout=60)
+        assert not t.is_alive()
+    assert results == [(True, False)] * 2
 
 
 def test_equiv_works_in_a_dataloader_worker():

@@ -27,8 +27,9 @@ HERE = Path(__file__).resolve().parent
 A = "actor_rollout_ref."
 
 
-def prepare_process(port: int = 29533) -> None:
-    """Environment and gloo process group for a one-process verl actor; call before the first `import verl`."""
+def prepare_process(port: int | None = None) -> None:
+    """Environment and gloo process group for a one-process verl actor; call before the first `import verl`.
+    `port`: the process group's; None picks a free one (two runs on one machine never collide)."""
     if "verl" in sys.modules:
         raise RuntimeError("prepare_process() must run before verl is imported (verl picks its platform on import)")
     sys.path.insert(0, str(HERE))
@@ -41,7 +42,7 @@ def prepare_process(port: int = 29533) -> None:
         LOCAL_RANK="0",
         LOCAL_WORLD_SIZE="1",
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
+        MASTER_PORT=str(port if port is not None else _free_port()),
         TOKENIZERS_PARALLELISM="false",
     )
     import torch.distributed as dist
@@ -49,6 +50,14 @@ def prepare_process(port: int = 29533) -> None:
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=0, world_size=1)
     import verl  # noqa: F401  (imports verl_cpu_platform, then the rpgrl plug-in through its entry point)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def build_model(model_dir: str | Path, seed: int = 0) -> int:
