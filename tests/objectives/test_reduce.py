@@ -81,3 +81,35 @@ def test_normalizer_must_be_one_positive_finite_count(normalizer):
     with pytest.raises(ValueError, match="normalizer must be"):
         aggregate(x, mask, "token-mean", normalizer)
     assert aggregate(x, mask, "token-mean", torch.tensor(4.0)) == aggregate(x, mask, "token-mean", 4)
+
+
+def test_masked_reductions_refuse_a_mask_of_another_shape_and_count_the_positions_set():
+    """A (T,) mask broadcast over (B, T) values summed B times its positions but counted them once (mean 2.0 of
+    ones), and a mask of 2.0 counted each position twice (mean 0.5): the shapes must match, and the positions set
+    (nonzero) are counted."""
+    x = torch.ones(2, 3)
+    for fn in (masked_sum, masked_mean):
+        with pytest.raises(ValueError, match=r"mask has shape \(3,\) but must have the shape of x \(2, 3\)"):
+            fn(x, torch.ones(3))
+        with pytest.raises(ValueError, match="must be tensors"):
+            fn([1.0, 2.0], torch.ones(2))
+    assert masked_mean(x, torch.full((2, 3), 2.0)) == 1.0
+    assert masked_mean(torch.tensor([[1.0, 5.0, 9.0]]), torch.tensor([[3.0, 0.0, 1.0]])) == 5.0  # (1 + 9) / 2
+    assert torch.equal(masked_mean(x, torch.zeros(2, 3), dim=-1), torch.zeros(2))  # empty -> 0
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_aggregate_of_no_response_and_a_one_element_normalizer(agg):
+    """No response (B = 0) in the seq-mean modes was 0 / 0 = NaN, as token-mean with a normalizer is 0; a normalizer
+    of shape (1,) gave a (1,) loss. aggregate_rows agrees with aggregate, an empty row included (it was NaN)."""
+    if agg != "token-mean":
+        assert aggregate(torch.zeros(0, 3), torch.zeros(0, 3, dtype=torch.bool), agg) == 0
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    out = aggregate(per_token, mask, agg, normalizer=torch.tensor([2.0]))
+    assert out.shape == () and out == aggregate(per_token, mask, agg, normalizer=2.0)
+    row = masked_sum(per_token, mask, dim=-1)
+    for normalizer in (None, 4.0):
+        if agg == "token-mean" and normalizer is None:
+            continue
+        assert aggregate_rows(row, mask, agg, normalizer) == aggregate(per_token, mask, agg, normalizer)

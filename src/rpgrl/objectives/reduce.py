@@ -14,18 +14,27 @@ import torch
 from rpgrl.options import AGG_MODES  # noqa: F401 (declared with the other RPG options)
 
 
+def _keep(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        raise ValueError(f"x and mask must be tensors, got {type(x).__name__} and {type(mask).__name__}")
+    if mask.shape != x.shape:  # a broadcast mask would count its own positions, not x's
+        raise ValueError(f"mask has shape {tuple(mask.shape)} but must have the shape of x {tuple(x.shape)}")
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of `x` over positions where `mask` is set (over `dim`, or everything). Padding values never leak in, even
-    when they are inf/NaN. `mask` may be bool or 0/1 numbers."""
-    keep = mask if mask.dtype == torch.bool else mask != 0
-    x = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    when they are inf/NaN. `mask`: x's shape, bool or numbers (nonzero = set)."""
+    x = torch.where(_keep(x, mask), x, torch.zeros((), dtype=x.dtype, device=x.device))
     return x.sum() if dim is None else x.sum(dim)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Mean of `x` over positions where `mask` is set (over `dim`, or everything). Empty -> 0."""
-    n = mask.sum() if dim is None else mask.sum(dim)
-    return masked_sum(x, mask, dim) / n.clamp(min=1)
+    """Mean of `x` over positions where `mask` is set (over `dim`, or everything): their count, not the mask's sum,
+    divides. Empty -> 0. `mask` as in `masked_sum`."""
+    keep = _keep(x, mask)
+    n = keep.sum() if dim is None else keep.sum(dim)
+    return masked_sum(x, keep, dim) / n.clamp(min=1)
 
 
 MIN_NORMALIZER = 2.0**-20
@@ -69,6 +78,7 @@ def aggregate(
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
     check_normalizer(normalizer)
     _check_mask(per_token, mask, empty_ok=normalizer is not None or agg != "token-mean")
+    normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer  # (1,): a scalar loss
     # counts come from the mask as given (a bool mask sums to an exact integer); no dtype round trips
     if agg == "token-mean":
         n = mask.sum() if normalizer is None else normalizer
@@ -76,7 +86,7 @@ def aggregate(
     per_seq = masked_sum(per_token, mask, dim=-1)  # (B,)
     if agg == "seq-mean-token-mean":
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
-    n = per_token.shape[0] if normalizer is None else normalizer
+    n = max(per_token.shape[0], 1) if normalizer is None else normalizer  # no response: 0, not 0 / 0
     return per_seq.sum() / n
 
 
@@ -99,8 +109,9 @@ def aggregate_rows(
     `aggregate(per_token, mask, agg, normalizer)` when row = masked_sum(per_token, mask, dim=-1). For losses with no
     per-token form (rpg_loss's differentiable style at sequence level), whose unit loss is read as the token-sum.
     `agg` and `normalizer` are the caller's, already checked."""
+    normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer
     if agg == "token-mean":
         return row.sum() / (mask.sum() if normalizer is None else normalizer)
     if agg == "seq-mean-token-mean":
-        row = row / mask.sum(-1)
-    return row.sum() / (row.shape[0] if normalizer is None else normalizer)
+        row = row / mask.sum(-1).clamp(min=1)  # as `aggregate`: an empty row adds 0
+    return row.sum() / (max(row.shape[0], 1) if normalizer is None else normalizer)
