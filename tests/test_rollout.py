@@ -245,6 +245,12 @@ def test_sample_bad_input(model, tok):
     p = encode(tok, PROMPTS)
     with pytest.raises(ValueError, match="temperature"):
         sample(model, tok, p, max_new_tokens=4, temperature=0.0)
+    # 1e-40: logits / temperature overflowed float32, and sampling failed as if the weights had diverged
+    with pytest.raises(ValueError, match=r"sample: temperature must be >= 1e-08 .*got 1e-40"):
+        sample(model, tok, p, max_new_tokens=4, temperature=1e-40)
+    r = sample(model, tok, p, max_new_tokens=4, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"token_logprobs: temperature must be >= 1e-08 .*got 1e-40"):
+        token_logprobs(model, r, temperature=1e-40)  # the log-probs came back NaN
     with pytest.raises(ValueError, match="top_p"):
         sample(model, tok, p, max_new_tokens=4, top_p=0.0)
     with pytest.raises(ValueError, match="empty prompt"):

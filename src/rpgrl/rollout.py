@@ -33,6 +33,10 @@ from rpgrl.errors import Diverged, UsageError
 from rpgrl.packed import response_states as packed_response_states
 from rpgrl.packed import supported as packed_supported
 
+MIN_TEMPERATURE = 1e-8
+"""The least sampling temperature (as `rollout.temperature`): below it logits / temperature overflow float32, and
+sampling failed as if the weights had diverged (1e-40) or log-probs came back NaN."""
+
 
 @dataclass
 class Rollout:
@@ -446,8 +450,9 @@ def sample(
         raise ValueError(f"sample: prompt {i} holds token id {t}, outside the model's vocabulary [0, {vocab})")
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"sample: need n >= 1 and max_new_tokens >= 1, got {n=}, {max_new_tokens=}")
-    if not temperature > 0:
-        raise ValueError(f"sample: temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+    if not temperature >= MIN_TEMPERATURE:
+        raise ValueError(f"sample: temperature must be >= {MIN_TEMPERATURE:g} (logits / temperature stay finite in "
+                         f"float32; use greedy=True for argmax), got {temperature}")  # fmt: skip
     if not 0 < top_p <= 1:
         raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
     if batch_size is not None and batch_size < 1:
@@ -711,8 +716,9 @@ def token_logprobs(
     forward when nothing is shared or in train mode) or "auto": packed where `packed.supported(model)`.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
     """
-    if not temperature > 0:
-        raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
+    if not temperature >= MIN_TEMPERATURE:
+        raise ValueError(f"token_logprobs: temperature must be >= {MIN_TEMPERATURE:g} (logits / temperature stay "
+                         f"finite in float32), got {temperature}")  # fmt: skip
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"token_logprobs: chunk_size must be >= 1, got {chunk_size}")
     _check_plain_lm_head(model)
