@@ -237,3 +237,24 @@ def test_value_clamp_gradient_is_zero_not_nan_where_exp_overflows():
     (g,) = torch.autograd.grad(out.sum(), lp)
     assert out.tolist() == pytest.approx([10.0, 0.0, math.exp(-1.0), 10.0])
     assert g.tolist() == pytest.approx([0.0, 0.0, 1 - math.exp(-1.0), 0.0])  # d k3(-lr)/d lp = 1 - e^{-lr}
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 5e-7), (torch.float64, 1e-14)])
+def test_log_k3_and_log_abs_expm1_against_mpmath(dtype, tol):
+    """log k3(x) and log |e^x - 1| to the dtype's precision from 1e-6 to 700 on both sides, against 40-digit
+    mpmath; k3's own expm1(x) - x keeps ~2 eps / |x| relative precision near 0 (1e-4 at 1e-3 in float32), so
+    log_k3 takes a series there."""
+    mpmath = pytest.importorskip("mpmath")
+    from rpgrl.objectives.kl import log_abs_expm1, log_k3
+
+    mpmath.mp.dps = 40
+    xs = [s * m for s in (1, -1) for m in (1e-6, 1e-3, 0.0999, 0.1, 0.3, 1.0, 1.01, 5.0, 80.0, 700.0)]
+    for x in xs:
+        xt = torch.tensor([x], dtype=dtype)
+        xm = mpmath.mpf(float(xt))  # the dtype's own x
+        for fn, exact in (
+            (log_k3, mpmath.log(mpmath.exp(xm) - 1 - xm)),
+            (log_abs_expm1, mpmath.log(abs(mpmath.expm1(xm)))),
+        ):
+            got = fn(xt).item()
+            assert abs(got - float(exact)) <= tol * max(1.0, abs(float(exact))), (fn.__name__, x, got, float(exact))

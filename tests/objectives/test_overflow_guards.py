@@ -441,3 +441,33 @@ def test_rho_phi_backward_where_rho_times_log_u_passes_float32(divergence):
     ref = grad(torch.float64)
     assert abs(ref) < F32_MAX
     assert grad(torch.float32) == pytest.approx(ref, rel=1e-5)
+
+
+@pytest.mark.parametrize("log_u", [-5.0, -1.0, -0.3, -1e-3, 1e-3, 0.5])
+@pytest.mark.parametrize("log_rho", [88.73, 95.0, -100.0])
+def test_ufkl_terms_where_rho_leaves_float32(log_u, log_rho):
+    """ufkl's rho k3(u) and rho (u - 1), value and gradient in log u, where rho = pi_a / pi_s is not a float32 number
+    but the term is: written as w - rho (1 + log u) and w - rho they were -inf or NaN (inf - inf) under rho = inf.
+    Reference: the closed forms in float64 (exact here); a term beyond float32 is skipped."""
+    from rpgrl.objectives import divergences as dv
+
+    lu = torch.tensor([log_u], requires_grad=True)
+    lr = torch.tensor([log_rho])
+    value = dv.rho_phi("ufkl", lu, lr)
+    (grad,) = torch.autograd.grad(value.sum(), lu)
+    rho = math.exp(log_rho)
+    exact = {
+        "rho_phi": rho * (math.expm1(log_u) - log_u),
+        "regularizer": rho * (math.expm1(log_u) - log_u),
+        "rho_u_dphi": rho * math.expm1(log_u),
+        "gradient": rho * math.expm1(log_u),
+    }
+    got = {
+        "rho_phi": value.item(),
+        "regularizer": dv.regularizer("ufkl", lu.detach(), lr).item(),
+        "rho_u_dphi": dv.rho_u_dphi("ufkl", lu.detach(), lr).item(),
+        "gradient": grad.item(),
+    }
+    for key, ref in exact.items():
+        if abs(ref) < F32_MAX:
+            assert got[key] == pytest.approx(ref, rel=1e-5, abs=1e-40), (key, got[key], ref)

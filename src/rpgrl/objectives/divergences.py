@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from rpgrl.objectives.kl import log_abs_expm1, log_k3
 from rpgrl.options import DIVERGENCES  # noqa: F401 (declared with the other RPG options)
 
 
@@ -112,19 +113,38 @@ def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
 
 def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool) -> torch.Tensor:
     """rho phi(u) (or rho u phi'(u) with `derivative`) from w = exp(log u + log rho) and rho, never their product;
-    0 where log u = 0 for the terms that vanish at u = 1, which w and rho alone could give as inf - inf."""
+    0 where log u = 0 for the terms that vanish at u = 1, which w and rho alone could give as inf - inf. ufkl's,
+    rho k3(u) and rho (u - 1), are taken as exp(log rho + log of the factor): as w - rho (1 + log u) they were -inf
+    or NaN where rho overflows under u < 1 (log rho = 88.73, log u = -0.3: a term of 1.4e37)."""
     rho, w = torch.exp(lr), torch.exp(lu + lr)
+    one = torch.where(lu == 0, 1.0, lu)  # log u with 1 where it is 0: the log forms' backward stays finite there
     if derivative:  # u phi'(u) at u = 1: fkl -1, rkl 1, ufkl and urkl 0
         if divergence in ("fkl", "rkl"):
             return -rho if divergence == "fkl" else w * (lu + 1)
-        return torch.where(lu == 0, 0.0, w - rho if divergence == "ufkl" else w * lu)
+        ufkl = torch.sign(lu) * torch.exp(lr + log_abs_expm1(one))
+        return torch.where(lu == 0, 0.0, ufkl if divergence == "ufkl" else w * lu)
     if divergence == "fkl":
         val = -rho * lu
     elif divergence == "rkl":
         val = w * lu
     else:
-        val = w - rho * (1 + lu) if divergence == "ufkl" else w * (lu - 1) + rho
+        val = _RhoK3.apply(one, lr) if divergence == "ufkl" else w * (lu - 1) + rho
     return torch.where(lu == 0, 0.0, val)  # phi(1) = 0 for all four
+
+
+class _RhoK3(torch.autograd.Function):
+    """rho k3(u) = exp(log rho + log k3(u)) with its derivative in log u, rho (u - 1), formed as exp(log rho +
+    log |u - 1|): autograd's would divide by k3 first (rho k3 / k3 passes float32's largest where k3 is small)."""
+
+    @staticmethod
+    def forward(ctx, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(log_u, log_rho)
+        return torch.exp(log_rho + log_k3(log_u))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        log_u, log_rho = ctx.saved_tensors
+        return grad * torch.sign(log_u) * torch.exp(log_rho + log_abs_expm1(log_u)), None
 
 
 def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
