@@ -137,6 +137,21 @@ def test_kl_helpers_with_a_mask_keep_padding_out_of_value_and_gradient(term, pad
     assert torch.equal(out[:, :1].detach(), one.detach()) and torch.equal(lp.grad[:, :1], lp1.grad)
 
 
+@pytest.mark.parametrize("bad", [math.nan, 0.5, 2.0])
+def test_kl_helpers_refuse_a_mask_holding_other_values_than_0_and_1(bad):
+    """A NaN or 0.5 in the mask counted as "keep", so padding (here NaN) leaked into the term; as in the losses and
+    `aggregate`, a mask holds bool or 0/1 values."""
+    lp, ref = torch.tensor([[-1.0, math.nan]]), torch.tensor([[-1.5, -1.0]])
+    mask = torch.tensor([[1.0, bad]])
+    for call in (
+        lambda: kl_penalty(lp, ref, "k3", mask=mask),
+        lambda: grpo_kl_term(lp, ref, corrected=False, mask=mask),
+        lambda: anchored_kl_term(lp, ref, ref, direction="reverse", mask=mask),
+    ):
+        with pytest.raises(ValueError, match="mask must be bool or contain only 0 and 1"):
+            call()
+
+
 def test_corrected_kl_is_zero_where_k3_is_zero_even_if_w_overflows():
     """w = e^89 is inf in float32, k3(1) = 0: the term is 0 with gradient w (logp - ref) = 0 (was NaN)."""
     lp = torch.tensor([[-1.0]], requires_grad=True)

@@ -194,6 +194,8 @@ def _unmasked(mask: torch.Tensor | None, *logps: torch.Tensor | None) -> tuple[t
         return logps
     if mask.shape != logps[0].shape:
         raise ValueError(f"mask has shape {tuple(mask.shape)} but must have the shape of logp {tuple(logps[0].shape)}")
+    if mask.dtype != torch.bool and (mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all())):
+        raise ValueError("mask must be bool or contain only 0 and 1")  # a NaN or 0.5 would keep padding in
     keep = mask if mask.dtype == torch.bool else mask != 0
     return tuple(None if t is None else torch.where(keep, t, torch.zeros((), dtype=t.dtype, device=t.device))
                  for t in logps)  # fmt: skip
