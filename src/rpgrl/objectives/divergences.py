@@ -149,8 +149,8 @@ class _RhoK3(torch.autograd.Function):
 
 def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     """rho * u * phi'(u) (the REINFORCE weight's KL part without -beta): `u_dphi` times rho where rho and u are
-    normal floats (`direct_ok`), else in w and rho: fkl -rho, rkl w (log u + 1), ufkl w - rho, urkl w log u. For a
-    detached coefficient. Shapes: any, alike."""
+    normal floats (`direct_ok`), else in w and rho: fkl -rho, rkl w (log u + 1), ufkl rho (u - 1) = sign(log u)
+    exp(log rho + log |u - 1|), urkl w log u. For a detached coefficient. Shapes: any, alike."""
     _check(divergence)
     ok = direct_ok(log_u, log_rho)
     direct = u_dphi(divergence, log_u) * torch.exp(log_rho)
@@ -181,8 +181,8 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
 
     `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1). For reporting: written
     so that it is never NaN (an overflowing term is +inf, e.g. urkl as u (log u - 1) + 1, not inf - inf). Where rho
-    or u is not a normal float (`direct_ok`) the term is taken in w = rho u and rho: fkl -rho log u, ufkl w - rho
-    (1 + log u), rkl w log u, urkl w (log u - 1) + rho."""
+    or u is not a normal float (`direct_ok`) the term is taken in w = rho u and rho: fkl -rho log u, ufkl
+    exp(log rho + log k3(u)), rkl w log u, urkl w (log u - 1) + rho."""
     _check(divergence)
     if divergence == "fkl":
         val = -log_u
