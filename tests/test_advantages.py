@@ -278,11 +278,23 @@ def test_whitening_needs_two_tokens(name):
 
 
 @pytest.mark.parametrize("name", ["grpo", "reinforce_pp", "reinforce_pp_baseline"])
-@pytest.mark.parametrize("eps", [0.0, -1e-06])
+@pytest.mark.parametrize("eps", [0.0, -1e-06, True])
 def test_eps_must_be_positive(name, eps):
-    """eps guards a zero spread: with equal rewards, 0 would give 0/0 = NaN and a negative eps flips signs."""
+    """eps guards a zero spread: with equal rewards, 0 would give 0/0 = NaN and a negative eps flips signs; True
+    was taken as 1 (a typo'd flag, and A = +-0.29 instead of +-0.71 for rewards 0 and 1)."""
     with pytest.raises(ValueError, match=f"eps must be a finite number > 0, got {eps}"):
         get_advantage(name)(*GOOD, eps=eps)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_inputs_that_are_not_tensors_are_named(name):
+    """A list of rewards raised AttributeError from inside the estimator."""
+    rewards, group, mask = GOOD
+    for args, bad in (([1.0, 0.0], group, mask), "rewards"), ((rewards, [0, 0], mask), "group"):
+        with pytest.raises(ValueError, match=f"{bad} must be a torch.Tensor, got list"):
+            get_advantage(name)(*args)
+    with pytest.raises(ValueError, match="whiten: values and mask must be tensors, got list"):
+        whiten([[1.0, 2.0]], torch.ones(1, 2))
 
 
 def test_unknown_estimator_lists_the_valid_names():

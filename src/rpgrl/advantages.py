@@ -118,6 +118,9 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
     (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Computed in float64, returned in values' dtype. Shapes: values,
     mask: (B, T) -> (B, T); values finite where mask is set, mask bool or 0/1."""
     _check_eps(eps)
+    if not isinstance(values, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        raise ValueError(f"whiten: values and mask must be tensors, got {type(values).__name__} and "
+                         f"{type(mask).__name__}")  # fmt: skip
     if values.dim() != 2 or mask.shape != values.shape:
         raise ValueError(f"whiten: values must be (B, T) and mask of its shape, got {tuple(values.shape)} and "
                          f"{tuple(mask.shape)}")  # fmt: skip
@@ -176,11 +179,14 @@ def _group_moments(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Te
 
 def _check_eps(eps: float) -> None:
     # eps guards a zero spread (a group or batch with equal rewards): 0 would give 0/0 = NaN, < 0 flips signs
-    if not (isinstance(eps, (int, float)) and 0 < eps < float("inf")):
+    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0 < eps < float("inf")):
         raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
 
 
 def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> None:
+    for name, t in (("rewards", rewards), ("group", group), ("mask", mask)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if rewards.dim() != 1 or rewards.numel() == 0:
         raise ValueError(f"rewards must be a non-empty (B,) tensor, got shape {tuple(rewards.shape)}")
     if not rewards.is_floating_point():
