@@ -486,3 +486,16 @@ def test_ufkl_terms_where_rho_leaves_float32(log_u, log_rho):
     for key, ref in exact.items():
         if abs(ref) < F32_MAX:
             assert got[key] == pytest.approx(ref, rel=1e-5, abs=1e-40), (key, got[key], ref)
+
+
+def test_kl_helpers_and_aggregate_name_an_input_that_is_not_a_tensor():
+    """A list raised AttributeError from inside the helper."""
+    t = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="ref_logp must be a torch.Tensor, got list"):
+        kl_penalty(t, [[0.0, 0.0]], "k3")
+    with pytest.raises(ValueError, match="logp must be a torch.Tensor, got list"):
+        grpo_kl_term([[0.0, 0.0]], t, t, corrected=True)
+    with pytest.raises(ValueError, match="sampler_logp must be a torch.Tensor, got list"):
+        anchored_kl_term(t, t, [[0.0, 0.0]], direction="forward")
+    with pytest.raises(ValueError, match="per_token and mask must be tensors, got list"):
+        aggregate([[1.0, 2.0]], torch.ones(1, 2))

@@ -93,6 +93,9 @@ def aggregate(
 def _check_mask(per_token: torch.Tensor, mask: torch.Tensor, empty_ok: bool) -> None:
     """ValueError for a mask `aggregate` would misread: another shape (it would broadcast), values other than 0/1
     (counted as tokens), or no token where the count is its divisor (0 / 0)."""
+    if not isinstance(per_token, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        raise ValueError(f"per_token and mask must be tensors, got {type(per_token).__name__} and "
+                         f"{type(mask).__name__}")  # fmt: skip
     if per_token.dim() != 2 or mask.shape != per_token.shape:
         raise ValueError(f"per_token must be (B, T) and mask of its shape, got {tuple(per_token.shape)} and "
                          f"{tuple(mask.shape)}")  # fmt: skip
