@@ -75,3 +75,21 @@ def test_group_filter_bad_input():
     with pytest.raises(ValueError, match="integer prompt ids"):
         group_filter_keep(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]))
     assert group_filter_keep(torch.zeros(0), torch.zeros(0, dtype=torch.long)).shape == (0,)
+
+
+def test_overlong_penalty_is_computed_before_it_is_rounded_to_dtype():
+    """bfloat16 rounded the lengths first (1537 of max 2048, buffer 512, became 1536: penalty 0 instead of -1/512);
+    float16 lengths above 65504 were inf (-inf penalty). An integer dtype, bools for max_len / buffer and None for
+    the lengths are refused in one line."""
+    assert overlong_penalty(torch.tensor([1537]), 2048, 512, dtype=torch.bfloat16).item() == pytest.approx(
+        -1 / 512, rel=1e-2
+    )
+    assert overlong_penalty(torch.tensor([70000]), 100000, 50000, dtype=torch.float16).item() == pytest.approx(
+        -0.4, rel=1e-3
+    )
+    with pytest.raises(ValueError, match="dtype must be a floating torch dtype"):
+        overlong_penalty(torch.tensor([3]), 10, 5, dtype=torch.int64)
+    with pytest.raises(ValueError, match="max_len and buffer must be ints"):
+        overlong_penalty(torch.tensor([3]), True, True)
+    with pytest.raises(ValueError, match="lengths must be"):
+        overlong_penalty(None, 10, 5)

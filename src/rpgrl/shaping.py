@@ -24,12 +24,24 @@ def overlong_penalty(
     With max_len 2048, buffer 512, factor 1: L = 1000 -> 0, 1536 -> 0, 1792 -> -0.5, 2048 -> -1.
 
     `lengths`: (B,) valid response tokens (EOS included). Generation is truncated at max_len, so a length above it
-    is a bug upstream and raises. Returns (B,) in `dtype` (default: torch's default float dtype).
+    is a bug upstream and raises. Returns (B,) in `dtype`, a floating dtype (default: torch's default float dtype),
+    computed in float64 and rounded once (in bfloat16 the lengths themselves rounded: 1537 of 2048 got 0).
     """
+    out_dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not (isinstance(out_dtype, torch.dtype) and out_dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+    if lengths is None or isinstance(lengths, (str, bytes)):
+        raise ValueError(f"lengths must be (B,) integers, got {type(lengths).__name__}")
     lengths = torch.as_tensor(lengths)
+    if lengths.is_complex() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be (B,) real numbers, got {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be (B,), got shape {tuple(lengths.shape)}")
-    if not (isinstance(max_len, int) and isinstance(buffer, int)):
+    if (
+        not (isinstance(max_len, int) and isinstance(buffer, int))
+        or isinstance(max_len, bool)
+        or isinstance(buffer, bool)
+    ):
         raise ValueError(f"max_len and buffer must be ints, got {max_len!r} and {buffer!r}")
     if not 0 < buffer <= max_len:
         raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
@@ -41,8 +53,8 @@ def overlong_penalty(
         if lengths.max() > max_len:
             i = int(lengths.argmax())
             raise ValueError(f"lengths[{i}] = {lengths[i].item()} exceeds max_len {max_len}")
-    over = lengths.to(dtype or torch.get_default_dtype()) - (max_len - buffer)
-    return torch.clamp(-over / buffer * factor, max=0.0)
+    over = lengths.to(torch.float64) - (max_len - buffer)
+    return torch.clamp(-over / buffer * factor, max=0.0).to(out_dtype)
 
 
 def group_filter_keep(acc: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
