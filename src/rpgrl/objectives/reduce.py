@@ -73,12 +73,15 @@ def aggregate(
 
     With `normalizer` set to the global count, summing `aggregate` over micro-batches gives the full-batch value.
     `mask` must have per_token's shape and hold bool or 0/1 values; without a normalizer, token-mean needs a token.
+    Half-precision losses are summed in float32 and the result rounded to their dtype.
     """
     if agg not in AGG_MODES:
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
     check_normalizer(normalizer)
     _check_mask(per_token, mask, empty_ok=normalizer is not None or agg != "token-mean")
     normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer  # (1,): a scalar loss
+    if per_token.dtype in (torch.float16, torch.bfloat16):  # summed in float32: a half-precision sum overflows (or
+        return aggregate(per_token.float(), mask, agg, normalizer).to(per_token.dtype)  # rounds) where the mean fits
     # counts come from the mask as given (a bool mask sums to an exact integer); no dtype round trips
     if agg == "token-mean":
         n = mask.sum() if normalizer is None else normalizer
