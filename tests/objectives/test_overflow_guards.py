@@ -499,3 +499,28 @@ def test_kl_helpers_and_aggregate_name_an_input_that_is_not_a_tensor():
         anchored_kl_term(t, t, [[0.0, 0.0]], direction="forward")
     with pytest.raises(ValueError, match="per_token and mask must be tensors, got list"):
         aggregate([[1.0, 2.0]], torch.ones(1, 2))
+
+
+def test_rho_phi_near_log_u_0_under_a_large_normal_rho_stays_on_the_direct_form():
+    """A review's regressions of a first bound (rho (1 + |log u|) with e^8 to spare): fkl's gradient at log u = 0,
+    log rho = 84 was cut to 0 (exact -e^84), and urkl's term at log u = 0.05 lost 2e-3 of relative precision in the
+    w-and-rho form. References: the closed forms in float64."""
+    from rpgrl.objectives import divergences as dv
+
+    lu = torch.zeros(1, requires_grad=True)
+    (g,) = torch.autograd.grad(dv.rho_phi("fkl", lu, torch.tensor([84.0])).sum(), lu)
+    assert g.item() == pytest.approx(-math.exp(84.0), rel=1e-5)
+    exact = math.exp(84.0) * (math.exp(0.05) * (0.05 - 1) + 1)  # rho (u log u - u + 1)
+    assert dv.rho_phi("urkl", torch.tensor([0.05]), torch.tensor([84.0])).item() == pytest.approx(exact, rel=1e-4)
+
+
+def test_corrected_k3_backward_multiplies_beta_in_before_it_overflows():
+    """log w = 88.4, x = -2, beta 1e-3: the gradient beta x w ... = 4.93e35 fits float32, but backward formed the
+    factor w |x| (7.5e38) first and raised LossOverflow. Reference: the closed form in float64."""
+    lp = torch.tensor([[-1.6]], requires_grad=True)
+    out = ppo_loss(lp, torch.tensor([[-90.0]]), torch.tensor([0.0]), torch.ones(1, 1), kl="k3_corrected", beta=1e-3,
+                   ref_logp=torch.tensor([[-3.6]]))  # fmt: skip
+    out.loss.backward()
+    lp64, x = -1.6, -3.6 - (-1.6)
+    exact = 1e-3 * -x * math.exp(float(torch.tensor(lp64)) - -90.0)  # beta (logp - a) w
+    assert lp.grad.item() == pytest.approx(exact, rel=1e-4)

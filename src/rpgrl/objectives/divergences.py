@@ -95,7 +95,7 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
 
 def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     """Where rho = exp(log_rho) and u = exp(log_u) are both normal floats of their dtype and every function of u
-    here (u log u, u (log u + 1), ...) fits it, as does rho times 1 + |log u| (bool, their shape), so that rho times
+    here (u log u, u (log u + 1), ...) fits it, as does rho times |log u| (bool, their shape), so that rho times
     a function of u is exact to rounding and so is its backward. Elsewhere (a separate anchor far from the sampler:
     a sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is 0, a denormal or
     inf, or u log u overflows under an rho that brings the product back (log u = 85, log rho = -85: rho u log u =
@@ -106,9 +106,11 @@ def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     top = log_max - math.log1p(log_max)  # u (log u + 1) fits below: 84.2 / 703.2
     lu = log_u.detach()
     ok = (lu > -limit) & (lu < top) & (log_rho.abs() < limit)
-    # backward multiplies rho into the factors of phi (log u, up to |log u| + 1) before u: keep rho times them within
-    # the dtype, with e^8 (~3000) to spare for what the loss multiplies in first (beta, 1 / normalizer)
-    return ok & (log_rho + torch.log1p(lu.abs()) < log_max - 8.0)
+    # backward multiplies rho into phi's factor log u before u: keep rho |log u| within the dtype (log u = -87, log
+    # rho = 87). Only where it is large: near log u = 0 the w-and-rho forms lose precision (urkl's w (log u - 1) + rho
+    # cancels), and rho itself is a normal float here; what the loss multiplies in first (beta, 1 / normalizer) may
+    # still overflow an intermediate, which the losses' backward guard reports
+    return ok & (log_rho + torch.log(lu.abs()) < log_max)
 
 
 def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool) -> torch.Tensor:
@@ -144,7 +146,15 @@ class _RhoK3(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         log_u, log_rho = ctx.saved_tensors
-        return grad * torch.sign(log_u) * torch.exp(log_rho + log_abs_expm1(log_u)), None
+        return _times_exp(grad, torch.sign(log_u), log_rho + log_abs_expm1(log_u)), None
+
+
+def _times_exp(grad: torch.Tensor, sign: torch.Tensor, log_size: torch.Tensor) -> torch.Tensor:
+    """grad * sign * exp(log_size), formed as one exponential of log |grad| + log_size: the factor alone may pass the
+    dtype's largest where the product (grad holds beta / N) fits. 0 where grad or sign is 0."""
+    zero = (grad == 0) | (sign == 0)
+    size = torch.exp(torch.where(zero, 0.0, torch.log(grad.abs()) + log_size))
+    return torch.where(zero, 0.0, torch.sign(grad) * sign * size)
 
 
 def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:

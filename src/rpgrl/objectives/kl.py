@@ -131,8 +131,10 @@ class _WeightedK3(torch.autograd.Function):
             sign, log_size = -torch.sign(x), torch.log(x.abs())
         else:  # w expm1(x)
             sign, log_size = torch.sign(x), log_abs_expm1(x)
-        factor = torch.where(x == 0, 0.0, sign * torch.exp(torch.where(x == 0, 0.0, log_w + log_size)))
-        return grad * factor, None, None, None
+        # grad (beta / N) x the factor, as one exponential: the factor alone may overflow where the product fits
+        zero = (x == 0) | (grad == 0)
+        size = torch.exp(torch.where(zero, 0.0, torch.log(grad.abs()) + log_w + log_size))
+        return torch.where(zero, 0.0, torch.sign(grad) * sign * size), None, None, None
 
 
 def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
