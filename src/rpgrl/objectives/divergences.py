@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from rpgrl.objectives.kl import log_abs_expm1, log_k3
+from rpgrl.objectives.kl import log_abs_expm1, log_k3, times_exp
 from rpgrl.options import DIVERGENCES  # noqa: F401 (declared with the other RPG options)
 
 
@@ -146,15 +146,7 @@ class _RhoK3(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         log_u, log_rho = ctx.saved_tensors
-        return _times_exp(grad, torch.sign(log_u), log_rho + log_abs_expm1(log_u)), None
-
-
-def _times_exp(grad: torch.Tensor, sign: torch.Tensor, log_size: torch.Tensor) -> torch.Tensor:
-    """grad * sign * exp(log_size), formed as one exponential of log |grad| + log_size: the factor alone may pass the
-    dtype's largest where the product (grad holds beta / N) fits. 0 where grad or sign is 0."""
-    zero = (grad == 0) | (sign == 0)
-    size = torch.exp(torch.where(zero, 0.0, torch.log(grad.abs()) + log_size))
-    return torch.where(zero, 0.0, torch.sign(grad) * sign * size)
+        return times_exp(grad, torch.sign(log_u), log_rho + log_abs_expm1(log_u)), None
 
 
 def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:

@@ -131,10 +131,16 @@ class _WeightedK3(torch.autograd.Function):
             sign, log_size = -torch.sign(x), torch.log(x.abs())
         else:  # w expm1(x)
             sign, log_size = torch.sign(x), log_abs_expm1(x)
-        # grad (beta / N) x the factor, as one exponential: the factor alone may overflow where the product fits
-        zero = (x == 0) | (grad == 0)
-        size = torch.exp(torch.where(zero, 0.0, torch.log(grad.abs()) + log_w + log_size))
-        return torch.where(zero, 0.0, torch.sign(grad) * sign * size), None, None, None
+        return times_exp(grad, sign, log_w + log_size), None, None, None  # sign is 0 where x is
+
+
+def times_exp(grad: torch.Tensor, sign: torch.Tensor, log_size: torch.Tensor) -> torch.Tensor:
+    """grad * sign * exp(log_size) for a custom backward, as one exponential of log |grad| + log_size: the factor
+    alone may pass the dtype's largest where the product (grad holds beta / N) fits. 0 where grad or sign is 0.
+    Shapes: alike (broadcasting)."""
+    zero = (grad == 0) | (sign == 0)
+    size = torch.exp(torch.where(zero, 0.0, torch.log(grad.abs()) + log_size))
+    return torch.where(zero, 0.0, torch.sign(grad) * sign * size)
 
 
 def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
