@@ -31,6 +31,7 @@ from typing import Protocol
 
 import torch
 
+from rpgrl.objectives.checks import require_tensors
 from rpgrl.registry import Registry
 
 GRPO_EPS = 1e-6
@@ -184,9 +185,7 @@ def _check_eps(eps: float) -> None:
 
 
 def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> None:
-    for name, t in (("rewards", rewards), ("group", group), ("mask", mask)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    require_tensors(rewards=rewards, group=group, mask=mask)
     if rewards.dim() != 1 or rewards.numel() == 0:
         raise ValueError(f"rewards must be a non-empty (B,) tensor, got shape {tuple(rewards.shape)}")
     if not rewards.is_floating_point():

@@ -37,11 +37,7 @@ def overlong_penalty(
         raise ValueError(f"lengths must be (B,) real numbers, got {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be (B,), got shape {tuple(lengths.shape)}")
-    if (
-        not (isinstance(max_len, int) and isinstance(buffer, int))
-        or isinstance(max_len, bool)
-        or isinstance(buffer, bool)
-    ):
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (max_len, buffer)):
         raise ValueError(f"max_len and buffer must be ints, got {max_len!r} and {buffer!r}")
     if not 0 < buffer <= max_len:
         raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")

@@ -41,6 +41,13 @@ def finite_gradient(logp: torch.Tensor, loss: str) -> torch.Tensor:
     return _FiniteGradient.apply(logp, loss) if isinstance(logp, torch.Tensor) and logp.requires_grad else logp
 
 
+def require_tensors(optional: tuple[str, ...] = (), **named: torch.Tensor | None) -> None:
+    """ValueError naming the first argument that is not a tensor; None passes for the names in `optional`."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor) and not (t is None and name in optional):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
 def check_tensors(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -60,9 +67,7 @@ def check_tensors(
     float inputs share its dtype; mask is bool or 0/1 numbers. `loss` names the caller in messages."""
     given = {k: v for k, v in others.items() if v is not None}
     named = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, **given}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    require_tensors(**named)
     if logp.dim() != 2 or logp.numel() == 0:
         raise ValueError(f"logp must be (B, T) with B, T > 0, got shape {tuple(logp.shape)}")
     if logp.dtype not in (torch.float32, torch.float64):

@@ -19,6 +19,8 @@ from typing import Literal
 
 import torch
 
+from rpgrl.objectives.checks import require_tensors
+
 Direction = Literal["reverse", "forward"]
 
 
@@ -62,7 +64,7 @@ def grpo_kl_term(
     (bool or 0/1): the term is 0 at padding, with a zero gradient, whatever the padding holds (see `_unmasked`).
     Where the term is 0 (logp = ref_logp) the corrected term is 0 with a zero gradient, also when w overflows.
     """
-    _tensors(logp=logp, ref_logp=ref_logp, old_logp=old_logp, mask=mask)
+    require_tensors(("old_logp", "mask"), logp=logp, ref_logp=ref_logp, old_logp=old_logp, mask=mask)
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
     if corrected and old_logp is None:
@@ -95,7 +97,7 @@ def anchored_kl_term(
     Shapes: logp, anchor_logp, sampler_logp, mask: equal shapes, e.g. (B, T) -> (B, T). Anchor and sampler are
     constants. `mask` as in `grpo_kl_term`; where the k3 factor is 0 the term is 0 even if the weight overflows.
     """
-    _tensors(logp=logp, anchor_logp=anchor_logp, sampler_logp=sampler_logp, mask=mask)
+    require_tensors(("mask",), logp=logp, anchor_logp=anchor_logp, sampler_logp=sampler_logp, mask=mask)
     if not (logp.shape == anchor_logp.shape == sampler_logp.shape):
         raise ValueError(
             f"logp {tuple(logp.shape)}, anchor_logp {tuple(anchor_logp.shape)} and sampler_logp "
@@ -197,13 +199,6 @@ def _log_k3(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log1p(-torch.exp(torch.log1p(x) - x))
 
 
-def _tensors(**named: torch.Tensor | None) -> None:
-    """ValueError naming the first argument (None: not given) that is not a tensor."""
-    for name, t in named.items():
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-
-
 def _unmasked(mask: torch.Tensor | None, *logps: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     """The log-probs with 0 at padding (mask 0), so that no exponential meets what padding holds: -inf or -1e4 there
     gives NaN in backward even when the caller masks the output (0 * inf). No mask: unchanged."""
@@ -250,7 +245,7 @@ def kl_penalty(
     """
     if name not in KL_PENALTY_NAMES:
         raise ValueError(f"unknown kl_penalty {name!r}; valid: {', '.join(KL_PENALTY_NAMES)}")
-    _tensors(logp=logp, ref_logp=ref_logp, mask=mask)
+    require_tensors(("mask",), logp=logp, ref_logp=ref_logp, mask=mask)
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
     is_k3 = name in ("low_var_kl", "k3")
