@@ -458,34 +458,47 @@ def test_rho_phi_backward_where_rho_times_log_u_passes_float32(divergence):
     assert grad(torch.float32) == pytest.approx(ref, rel=1e-5)
 
 
-@pytest.mark.parametrize("log_u", [-5.0, -1.0, -0.3, -1e-3, 1e-3, 0.5])
-@pytest.mark.parametrize("log_rho", [88.73, 95.0, -100.0])
-def test_ufkl_terms_where_rho_leaves_float32(log_u, log_rho):
-    """ufkl's rho k3(u) and rho (u - 1), value and gradient in log u, where rho = pi_a / pi_s is not a float32 number
-    but the term is: written as w - rho (1 + log u) and w - rho they were -inf or NaN (inf - inf) under rho = inf.
-    Reference: the closed forms in float64 (exact here); a term beyond float32 is skipped."""
+def _exact_terms(divergence: str, log_u: float, log_rho: float) -> tuple[float, float]:
+    """(rho phi(u), rho u phi'(u)) in float64 from the closed forms (rho = e^95 and e^-100 are float64 numbers)."""
+    rho, u = math.exp(log_rho), math.exp(log_u)
+    if divergence == "fkl":
+        return -rho * log_u, -rho
+    if divergence == "rkl":
+        return rho * u * log_u, rho * u * (log_u + 1)
+    if divergence == "ufkl":
+        return rho * (math.expm1(log_u) - log_u), rho * math.expm1(log_u)
+    return rho * (u * log_u - math.expm1(log_u)), rho * u * log_u
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("log_u", [-5.0, -1.0, -0.3, -1e-3, 1e-3, 0.5, 3.0])
+@pytest.mark.parametrize("log_rho", [88.73, 95.0, -100.0, -88.0])
+def test_terms_where_rho_leaves_float32(divergence, log_u, log_rho):
+    """rho phi(u) and rho u phi'(u) (value, and gradient in log u) where rho = pi_a / pi_s is not a float32 number,
+    or w = rho u is not, but the term is. Before: ufkl's written as w - rho (1 + log u) was -inf or NaN (inf - inf)
+    under rho = inf; fkl's -rho log u and rkl's w log u were +-inf, urkl's w (log u - 1) + rho NaN (at log rho = 95,
+    log u = -1e-3, a term of 9e34). Reference: the closed forms in float64; a term beyond float32 is skipped, and the
+    exponent of the log forms costs ~95 eps of relative precision."""
     from rpgrl.objectives import divergences as dv
 
     lu = torch.tensor([log_u], requires_grad=True)
     lr = torch.tensor([log_rho])
-    value = dv.rho_phi("ufkl", lu, lr)
+    value = dv.rho_phi(divergence, lu, lr)
     (grad,) = torch.autograd.grad(value.sum(), lu)
-    rho = math.exp(log_rho)
-    exact = {
-        "rho_phi": rho * (math.expm1(log_u) - log_u),
-        "regularizer": rho * (math.expm1(log_u) - log_u),
-        "rho_u_dphi": rho * math.expm1(log_u),
-        "gradient": rho * math.expm1(log_u),
-    }
+    term, derivative = _exact_terms(divergence, float(lu.item()), log_rho)  # log u as float32 holds it
+    exact = {"rho_phi": term, "regularizer": term, "rho_u_dphi": derivative, "gradient": derivative}
     got = {
         "rho_phi": value.item(),
-        "regularizer": dv.regularizer("ufkl", lu.detach(), lr).item(),
-        "rho_u_dphi": dv.rho_u_dphi("ufkl", lu.detach(), lr).item(),
+        "regularizer": dv.regularizer(divergence, lu.detach(), lr).item(),
+        "rho_u_dphi": dv.rho_u_dphi(divergence, lu.detach(), lr).item(),
         "gradient": grad.item(),
     }
+    tiny = torch.finfo(torch.float32).tiny
     for key, ref in exact.items():
         if abs(ref) < F32_MAX:
-            assert got[key] == pytest.approx(ref, rel=1e-5, abs=1e-40), (key, got[key], ref)
+            assert got[key] == pytest.approx(ref, rel=1e-5, abs=tiny), (key, got[key], ref)
+        elif key != "regularizer":  # the regularizer saturates at +inf; the others overflow to +-inf, never NaN
+            assert not math.isnan(got[key]), (key, got[key])
 
 
 def test_kl_helpers_and_aggregate_name_an_input_that_is_not_a_tensor():
@@ -524,3 +537,68 @@ def test_corrected_k3_backward_multiplies_beta_in_before_it_overflows():
     lp64, x = -1.6, -3.6 - (-1.6)
     exact = 1e-3 * -x * math.exp(float(torch.tensor(lp64)) - -90.0)  # beta (logp - a) w
     assert lp.grad.item() == pytest.approx(exact, rel=1e-4)
+
+
+def _closed_form_dual_gradient(divergence: str, log_w: float, log_rho: float, adv: float, beta: float,
+                               w_b: float | None) -> float:  # fmt: skip
+    """d loss / d log w of Alg. 1 with the exact analogue, one sequence, in float64 from closed forms: unclipped
+    (w_b None), -(w A + C) with C = -beta rho u phi'(u); clipped at w_b, w_b beta d(phi(u)/u)/d log u."""
+    lu = log_w - log_rho
+    if w_b is None:
+        c = {"fkl": -math.exp(log_rho), "rkl": math.exp(log_w) * (lu + 1), "ufkl": math.exp(log_w) - math.exp(log_rho),
+             "urkl": math.exp(log_w) * lu}[divergence]  # fmt: skip
+        return -(math.exp(log_w) * adv - beta * c)
+    d_phi_over_u = {"fkl": (lu - 1) * math.exp(-lu), "rkl": 1.0, "ufkl": lu * math.exp(-lu),
+                    "urkl": -math.expm1(-lu)}[divergence]  # fmt: skip
+    return w_b * beta * d_phi_over_u
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("log_w, log_rho", [(0.0625, 20.0), (0.0625, 50.0), (0.0625, 80.0), (-0.125, -20.0),
+                                            (2.5, 20.0), (2.5, 60.0)])  # fmt: skip
+def test_dual_clip_with_the_kl_inside_keeps_its_gradient_under_a_far_anchor(dtype, divergence, log_w, log_rho):
+    """Alg. 1 (differentiable, dual clip, exact analogue, the KL inside the clip), sequence level, a separate anchor
+    log rho nats from the sampler. Unclipped, the loss -A_hat w is -w A + beta rho phi(u); taken as the product, its
+    gradient added two terms of size beta rho that cancel: urkl's gradient was -4.0 for -1.05 at log rho = 20 in
+    float32 and 0 for -4.2 at 50 in float64. log w = 2.5 is clipped (w > c = 10, or > 1.28 where A_hat >= 0), where the
+    gradient runs through A_hat alone. The inputs are exact binary fractions; reference: the closed forms in float64."""
+    beta, adv = 0.1, -1.0
+    old = torch.tensor([[-1.0]], dtype=dtype)
+    lp = (old + log_w).requires_grad_()
+    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), divergence=divergence,
+                   style="differentiable", beta=beta, level="sequence", agg="seq-mean-token-sum", clip="dual",
+                   kl_in_clip=True, analogue="exact", anchor_logp=old + log_rho)  # fmt: skip
+    out.loss.backward()
+    lu = log_w - log_rho
+    phi_over_u = {"fkl": -lu * math.exp(-lu), "rkl": lu, "ufkl": 1 - (1 + lu) * math.exp(-lu),
+                  "urkl": lu - 1 + math.exp(-lu)}[divergence]  # fmt: skip
+    bound = 1.28 if adv - beta * phi_over_u >= 0 else 10.0  # the positive branch's 1 + eps_high, else c
+    log_b = torch.nextafter(torch.tensor(math.log(bound), dtype=dtype), torch.tensor(0.0, dtype=dtype))  # 1 ulp in
+    w_b = None if log_w < math.log(1.2) else math.exp(log_b.item())
+    want = _closed_form_dual_gradient(divergence, log_w, log_rho, adv, beta, w_b)
+    rel = 1e-5 if dtype == torch.float32 else 1e-12
+    assert lp.grad.item() == pytest.approx(want, rel=rel), (lp.grad.item(), want)
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("log_rho_total, log_w_total", [(-95.0, 0.0), (-95.0, 0.5), (-60.0, 0.0), (95.0, 0.0)])
+def test_clamped_kl_term_where_rho_or_u_leaves_float32(divergence, log_rho_total, log_w_total):
+    """The released loss's separate KL term clamped to +-10 (`kl_value_clamp`), sequence level, a separate anchor
+    far from the sampler: ufkl's rho k3(u) at log rho = -95, log u = 95 is about 1, but taken as the direct product
+    it was 0 x inf = NaN in float32, counted as clamped, and its gradient (about 1) was cut. Reference: float64."""
+
+    def run(dtype):
+        old = torch.full((1, 10), -1.0, dtype=dtype)
+        lp = (old + log_w_total / 10).requires_grad_()
+        out = rpg_loss(lp, old, torch.tensor([1.0], dtype=dtype), torch.ones(1, 10), anchor_logp=old +
+                       log_rho_total / 10, level="sequence", divergence=divergence, style="differentiable",
+                       beta=0.5, clip=None, kl_value_clamp=10.0)  # fmt: skip
+        (g,) = torch.autograd.grad(out.loss, lp)
+        return out.loss.item(), g.double(), out.metrics["clip/frac_kl_clamp"].item()
+
+    v64, g64, c64 = run(torch.float64)
+    v32, g32, c32 = run(torch.float32)
+    assert c32 == c64
+    assert v32 == pytest.approx(v64, rel=1e-5, abs=1e-6)
+    assert torch.allclose(g32, g64, rtol=1e-4, atol=1e-6), (g32, g64)

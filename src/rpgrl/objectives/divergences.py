@@ -100,7 +100,7 @@ def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     a sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is 0, a denormal or
     inf, or u log u overflows under an rho that brings the product back (log u = 85, log rho = -85: rho u log u =
     85), and the product is 0 * inf = NaN, inf times a tiny value, or a denormal's few digits: the terms are then
-    written in w = rho u and rho (`rho_u_dphi`, `rho_phi`, `regularizer`)."""
+    taken in log space, from log u and log rho (`_in_w`; `rho_u_dphi`, `rho_phi`, `regularizer`)."""
     info = torch.finfo(log_u.dtype)
     limit, log_max = -math.log(info.tiny), math.log(info.max)  # 87.3 / 708.4 and 88.7 / 709.8 (float32 / 64)
     top = log_max - math.log1p(log_max)  # u (log u + 1) fits below: 84.2 / 703.2
@@ -113,46 +113,61 @@ def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     return ok & (log_rho + torch.log(lu.abs()) < log_max)
 
 
-def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool) -> torch.Tensor:
-    """rho phi(u) (or rho u phi'(u) with `derivative`) from w = exp(log u + log rho) and rho, never their product;
-    0 where log u = 0 for the terms that vanish at u = 1, which w and rho alone could give as inf - inf. ufkl's,
-    rho k3(u) and rho (u - 1), are taken as exp(log rho + log of the factor): as w - rho (1 + log u) they were -inf
-    or NaN where rho overflows under u < 1 (log rho = 88.73, log u = -0.3: a term of 1.4e37)."""
-    rho, w = torch.exp(lr), torch.exp(lu + lr)
-    one = torch.where(lu == 0, 1.0, lu)  # log u with 1 where it is 0: the log forms' backward stays finite there
-    if derivative:  # u phi'(u) at u = 1: fkl -1, rkl 1, ufkl and urkl 0
-        if divergence in ("fkl", "rkl"):
-            return -rho if divergence == "fkl" else w * (lu + 1)
-        ufkl = torch.sign(lu) * torch.exp(lr + log_abs_expm1(one))
-        return torch.where(lu == 0, 0.0, ufkl if divergence == "ufkl" else w * lu)
+def _signed_logs(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool):
+    """(sign, log size) of rho phi(u) (or of rho u phi'(u) with `derivative`), from log u and log rho alone:
+    fkl -rho log u, rkl w log u, ufkl rho k3(log u), urkl w k3(-log u) (u log u - u + 1 = u k3(-log u)); their
+    derivatives in log u -rho, w (log u + 1), rho (u - 1), w log u. log |0| = -inf gives the 0 at u = 1."""
+    lw = lu + lr
+    if derivative:
+        if divergence == "fkl":
+            return torch.full_like(lu, -1.0), lr
+        if divergence == "rkl":
+            return torch.sign(lu + 1), lw + torch.log(torch.abs(lu + 1))
+        if divergence == "ufkl":
+            return torch.sign(lu), lr + log_abs_expm1(lu)
+        return torch.sign(lu), lw + torch.log(lu.abs())
     if divergence == "fkl":
-        val = -rho * lu
-    elif divergence == "rkl":
-        val = w * lu
-    else:
-        val = _RhoK3.apply(one, lr) if divergence == "ufkl" else w * (lu - 1) + rho
-    return torch.where(lu == 0, 0.0, val)  # phi(1) = 0 for all four
+        return -torch.sign(lu), lr + torch.log(lu.abs())
+    if divergence == "rkl":
+        return torch.sign(lu), lw + torch.log(lu.abs())
+    if divergence == "ufkl":
+        return torch.ones_like(lu), lr + log_k3(lu)
+    return torch.ones_like(lu), lw + log_k3(-lu)
 
 
-class _RhoK3(torch.autograd.Function):
-    """rho k3(u) = exp(log rho + log k3(u)) with its derivative in log u, rho (u - 1), formed as exp(log rho +
-    log |u - 1|): autograd's would divide by k3 first (rho k3 / k3 passes float32's largest where k3 is small)."""
+def _in_w(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool) -> torch.Tensor:
+    """rho phi(u) (or rho u phi'(u) with `derivative`) as sign x exp(log size), each size's log taken from log u
+    and log rho (`_signed_logs`), so the result is finite wherever it fits the dtype, whatever rho, u or w alone
+    do: as w (log u - 1) + rho, urkl was inf - inf = NaN at log rho = 90, log u = -0.01, where the term is 6e34 in
+    float32. Differentiable in `lu` through `_RhoPhi` (never autograd's product rule: ufkl's divided by k3 first).
+    The exponent costs ~|log size| eps of relative precision, so the direct forms stay where they fit (`direct_ok`)."""
+    if derivative:
+        sign, log_size = _signed_logs(divergence, lu, lr, True)
+        return sign * torch.exp(log_size)
+    return _RhoPhi.apply(lu, lr, divergence)
+
+
+class _RhoPhi(torch.autograd.Function):
+    """rho phi(u) = sign exp(log size) (`_signed_logs`), with its derivative in log u, rho u phi'(u), in the same
+    form: the incoming gradient is multiplied in log space (`times_exp`), before the factor alone can overflow."""
 
     @staticmethod
-    def forward(ctx, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, log_u: torch.Tensor, log_rho: torch.Tensor, divergence: str) -> torch.Tensor:
         ctx.save_for_backward(log_u, log_rho)
-        return torch.exp(log_rho + log_k3(log_u))
+        ctx.divergence = divergence
+        sign, log_size = _signed_logs(divergence, log_u, log_rho, False)
+        return sign * torch.exp(log_size)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         log_u, log_rho = ctx.saved_tensors
-        return times_exp(grad, torch.sign(log_u), log_rho + log_abs_expm1(log_u)), None
+        return times_exp(grad, *_signed_logs(ctx.divergence, log_u, log_rho, True)), None, None
 
 
 def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     """rho * u * phi'(u) (the REINFORCE weight's KL part without -beta): `u_dphi` times rho where rho and u are
-    normal floats (`direct_ok`), else in w and rho: fkl -rho, rkl w (log u + 1), ufkl rho (u - 1) = sign(log u)
-    exp(log rho + log |u - 1|), urkl w log u. For a detached coefficient. Shapes: any, alike."""
+    normal floats (`direct_ok`), else in log space (`_in_w`): fkl -rho, rkl w (log u + 1), ufkl rho (u - 1),
+    urkl w log u, each as sign x exp(log size). For a detached coefficient. Shapes: any, alike."""
     _check(divergence)
     ok = direct_ok(log_u, log_rho)
     direct = u_dphi(divergence, log_u) * torch.exp(log_rho)
@@ -162,8 +177,8 @@ def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> t
 def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
     """rho * phi(u), differentiable in `log_u` (`log_rho` constant): the separate KL term of the differentiable
     surrogate with an anchor that is not the sampler. Exactly `exp(log_rho) * phi(log_u)` where rho and u are normal
-    floats (`direct_ok`); elsewhere in w and rho, each form evaluated only on its own units (the other's inputs set
-    to 0), so neither backward meets inf * 0. Shapes: any, alike."""
+    floats (`direct_ok`); elsewhere in log space (`_in_w`), each form evaluated only on its own units (the other's
+    inputs set to 0), so neither backward meets inf * 0. Shapes: any, alike."""
     _check(divergence)
     ok = direct_ok(log_u, log_rho)
     if bool(ok.all()):
@@ -183,8 +198,7 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
 
     `log_rho = log pi_a - log pi_s` (constant); None means the anchor is the sampler (rho = 1). For reporting: written
     so that it is never NaN (an overflowing term is +inf, e.g. urkl as u (log u - 1) + 1, not inf - inf). Where rho
-    or u is not a normal float (`direct_ok`) the term is taken in w = rho u and rho: fkl -rho log u, ufkl
-    exp(log rho + log k3(u)), rkl w log u, urkl w (log u - 1) + rho."""
+    or u is not a normal float (`direct_ok`) the term is taken in log space (`_in_w`)."""
     _check(divergence)
     if divergence == "fkl":
         val = -log_u
@@ -199,6 +213,4 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
     ok = direct_ok(log_u, log_rho)
     if bool(ok.all()):
         return out
-    # still NaN in w and rho: both overflow (inf - inf), a term of ufkl/urkl, both >= 0: +inf
-    alt = torch.nan_to_num(_in_w(divergence, log_u, log_rho, False), nan=math.inf, posinf=math.inf, neginf=-math.inf)
-    return torch.where(ok, out, alt)
+    return torch.where(ok, out, _in_w(divergence, log_u, log_rho, False))  # +-inf where it overflows, never NaN

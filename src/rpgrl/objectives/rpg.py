@@ -311,39 +311,63 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
 
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
-    if sep_kl or beta == 0:
-        neg_a_hat = -adv
-    elif o.analogue == "exact":  # -w A_hat == -w A + beta rho phi(u)
-        neg_a_hat = torch.add(-adv, dv.phi_over_u(divergence, log_u), alpha=beta)
-    else:  # paper's analogues (rkl, urkl; fkl/ufkl are sep_kl)
-        neg_a_hat = torch.add(-adv, (log_u + 1) if divergence == "rkl" else log_u, alpha=beta)
-    pos = (neg_a_hat.detach() <= 0) if branch == "effective" else (adv > 0)
+    exact = not (sep_kl or beta == 0) and o.analogue == "exact"  # -w A_hat == -w A + beta rho phi(u)
+
+    def neg_a_hat_at(lu: torch.Tensor) -> torch.Tensor:
+        if sep_kl or beta == 0:
+            return -adv
+        if exact:
+            return torch.add(-adv, dv.phi_over_u(divergence, lu), alpha=beta)
+        # paper's analogues (rkl, urkl; fkl/ufkl are sep_kl)
+        return torch.add(-adv, (lu + 1) if divergence == "rkl" else lu, alpha=beta)
+
+    with torch.no_grad():
+        lw = log_w.detach()
+        pos = (neg_a_hat_at(log_u.detach()) <= 0) if branch == "effective" else (adv > 0)
     # exp of the clamped log-ratio: the value and gradient of clamp(w), never overflowing. The bounds sit one ulp
     # inside so that a ratio exactly on a bound is clipped (no gradient), as in the tables of spec 4.1/4.2.
     log_lo = torch.where(pos, _inside(-math.inf, +1, log_w), _inside(b.log_lo, +1, log_w))
     log_hi = torch.where(pos, _inside(b.log_hi, -1, log_w), _inside(b.log_c, -1, log_w))
-    loss = neg_a_hat * torch.exp(log_w.clamp(log_lo, log_hi))
+    if exact:
+        loss = _exact_dual(r, o, neg_a_hat_at, log_lo, log_hi)
+    else:
+        loss = neg_a_hat_at(log_u) * torch.exp(log_w.clamp(log_lo, log_hi))
     with torch.no_grad():
-        lw = log_w.detach()
         metrics[M.CLIP_HIGH] = r.unit_mean(pos & (lw >= b.log_hi))
         metrics[M.CLIP_LOW] = r.unit_mean(~pos & (lw <= b.log_lo))
         metrics[M.CLIP_DUAL] = r.unit_mean(~pos & (lw >= b.log_c))
     return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
 
 
+def _exact_dual(r: _Ratios, o: RPGOptions, neg_a_hat_at, log_lo: torch.Tensor, log_hi: torch.Tensor) -> torch.Tensor:
+    """Alg. 1 with the exact analogue, -A_hat clamp(w) per unit, A_hat = A - beta phi(u)/u. Where the clamp does not
+    bind this is -w A + beta rho phi(u), and it is computed so: as the product, its gradient w (-A_hat) + w beta
+    (phi/u)' adds two terms of size beta rho that cancel (urkl: beta w / u each, where the result is -w A + beta w
+    log u), so with a separate anchor 20 nats above the sampler float32 lost the gradient (-4.0 for -1.05) and at 50
+    nats float64 too. Each form runs on its own units, the other's set to u = 1 (w = 1 for the unclipped form, log
+    u = 0 for the clipped one), so neither backward meets 0 x inf. Shapes: units."""
+    log_w, log_u, log_rho, adv = r.log_w, r.log_u, r.log_rho, r.adv
+    with torch.no_grad():
+        free = (log_w >= log_lo) & (log_w <= log_hi)  # where clamp passes the gradient: the unclipped rows
+    lw = torch.where(free, log_w, 0.0)
+    kl = dv.phi(o.divergence, lw) if log_rho is None else dv.rho_phi(o.divergence, lw - log_rho, log_rho)
+    unclipped = torch.add(-adv * torch.exp(lw), kl, alpha=o.beta)
+    clipped = neg_a_hat_at(torch.where(free, 0.0, log_u)) * torch.exp(log_w.clamp(log_lo, log_hi))
+    return torch.where(free, unclipped, clipped)
+
+
 def _clamped_kl(divergence, log_u, log_rho, k: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(clamp(rho phi(u), -k, k), where the clamp binds), with a zero gradient where it binds. phi is evaluated at
-    u = 1 there, so its backward never meets an overflowed u (inf * 0 = NaN); a term that overflows (NaN for urkl's
-    inf - inf) counts as clamped, at its true sign. Elsewhere value and gradient are those of rho phi(u)."""
+    u = 1 there, so its backward never meets an overflowed u (inf * 0 = NaN); a term that overflows counts as
+    clamped, at its true sign. Elsewhere value and gradient are those of rho phi(u) (`rho_phi`: in log space where
+    rho or u leaves the dtype; as the direct product, ufkl's rho k3(u) at log rho = -95, log u = 95 in float32 was
+    0 x inf = NaN, counted as clamped, its gradient of 1 cut)."""
     with torch.no_grad():
-        lu = log_u.detach()
-        raw = dv.phi(divergence, lu) if log_rho is None else torch.exp(log_rho) * dv.phi(divergence, lu)
-        clamped = ~(raw.abs() <= k)  # NaN counts as clamped
-        fill = dv.regularizer(divergence, lu, log_rho).clamp(-k, k)  # never NaN
-    kl = dv.phi(divergence, torch.where(clamped, 0.0, log_u))  # phi(1) = 0 where clamped
-    if log_rho is not None:
-        kl = torch.exp(log_rho) * kl
-    return torch.where(clamped, fill, kl), clamped
+        raw = dv.regularizer(divergence, log_u.detach(), log_rho)  # never NaN
+        clamped = ~(raw.abs() <= k)
+    free = torch.where(clamped, 0.0, log_u)  # phi(1) = 0 where clamped
+    kl = dv.phi(divergence, free) if log_rho is None else dv.rho_phi(divergence, free, log_rho)
+    return torch.where(clamped, raw.clamp(-k, k), kl), clamped
 
 
 def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
@@ -358,7 +382,7 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
         if rho is None:
             return cc
         cc = cc.mul_(rho)
-        ok = dv.direct_ok(lu, log_rho)  # else rho or u is 0, denormal or inf (0 * inf = NaN): in w and rho instead
+        ok = dv.direct_ok(lu, log_rho)  # else rho or u is 0, denormal or inf (0 * inf = NaN): in log space instead
         return cc if bool(ok.all()) else torch.where(ok, cc, dv.rho_u_dphi(divergence, lu, log_rho).mul_(-beta))
 
     if clip == "truncate":
