@@ -79,6 +79,19 @@ def test_k3_nonnegative_zero_only_at_one_and_accurate_near_one():
     assert (k3(torch.linspace(-20, 20, 4001)) >= 0).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_k3_at_infinite_log_ratios_is_infinite_not_nan(dtype):
+    """k3 = r - 1 - log r is +inf at r = 0 and at r = inf; expm1(inf) - inf was NaN. The finite entries' gradient
+    stays e^x - 1."""
+    x = torch.tensor([math.inf, -math.inf, 0.0, 2.0], dtype=dtype, requires_grad=True)
+    v = k3(x)
+    assert v[:2].tolist() == [math.inf, math.inf] and v[2].item() == 0.0
+    assert v[3].item() == pytest.approx(math.expm1(2.0) - 2.0, rel=1e-6)
+    (g,) = torch.autograd.grad(v[2:].sum(), x)
+    assert g[2].item() == 0.0 and g[3].item() == pytest.approx(math.expm1(2.0), rel=1e-6)
+    assert not torch.isnan(g).any()
+
+
 def test_item8_k3_is_the_unnormalised_kl(dists):
     th, p_old, _ = dists
     pi = torch.softmax(th, 0)

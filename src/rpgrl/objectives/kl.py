@@ -38,9 +38,14 @@ def k3(log_r: torch.Tensor) -> torch.Tensor:
     """k3 = r - 1 - log r, computed as expm1(log r) - log r (no cancellation in r - 1 near r = 1), elementwise: any
     shape -> the same shape.
 
-    Non-negative in floating point too: expm1 is monotone and expm1(x) >= x, so the rounded value is >= x.
+    Non-negative in floating point too: expm1 is monotone and expm1(x) >= x, so the rounded value is >= x. At
+    log r = +inf (a log-prob of -inf under the ratio's denominator) it is +inf, where expm1 - log r gave inf - inf.
     """
-    return torch.expm1(log_r) - log_r
+    top = torch.isposinf(log_r)
+    if not bool(top.any()):
+        return torch.expm1(log_r) - log_r
+    x = torch.where(top, 0.0, log_r)  # so expm1's backward never meets e^inf times a zero gradient
+    return torch.where(top, log_r, torch.expm1(x) - x)
 
 
 def grpo_kl_term(
