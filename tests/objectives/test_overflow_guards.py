@@ -323,18 +323,22 @@ def test_reported_kl_rows_of_opposite_infinite_sign_are_not_nan():
 def test_a_term_at_u_equal_one_is_zero_whatever_rho(divergence):
     """phi(1) = 0 for all four, so rho phi(1) = 0 also where rho = e^100 overflows float32 (fkl's -rho log u was
     inf * 0 = NaN in the w-and-rho form), as right after an anchor reset at sequence level; so are ufkl's and urkl's
-    u phi'(1). The differentiable term's gradient there is finite (0), not inf * 0 = NaN."""
+    gradient rho u phi'(1). fkl's and rkl's are -+rho: -+inf at e^100 (the losses' backward guard refuses it), the
+    denormal -+e^-100 at e^-100 (both were 0, a silently dropped gradient where rho is normal, log rho = 87.5),
+    never NaN."""
     from rpgrl.objectives import divergences as dv
 
-    lu = torch.zeros(2, requires_grad=True)
-    lr = torch.tensor([100.0, -100.0])
-    assert dv.regularizer(divergence, lu.detach(), lr).tolist() == [0.0, 0.0]
+    lu = torch.zeros(3, requires_grad=True)
+    lr = torch.tensor([100.0, -100.0, 87.5])
+    assert dv.regularizer(divergence, lu.detach(), lr).tolist() == [0.0, 0.0, 0.0]
     term = dv.rho_phi(divergence, lu, lr)
-    assert term.tolist() == [0.0, 0.0]
+    assert term.tolist() == [0.0, 0.0, 0.0]
     term.sum().backward()
-    assert bool(torch.isfinite(lu.grad).all())
-    if divergence in ("ufkl", "urkl"):  # their gradient rho u phi'(1) is 0 (fkl's and rkl's, -+rho, overflows)
-        assert dv.rho_u_dphi(divergence, lu.detach(), lr).tolist() == [0.0, 0.0] == lu.grad.tolist()
+    sign = {"fkl": -1.0, "rkl": 1.0, "ufkl": 0.0, "urkl": 0.0}[divergence]
+    assert lu.grad[0].item() == sign * math.inf if sign else lu.grad[0].item() == 0.0
+    assert lu.grad[1].item() == pytest.approx(sign * math.exp(-100.0), abs=3e-45)
+    assert lu.grad[2].item() == pytest.approx(sign * math.exp(87.5), rel=1e-5)
+    assert lu.grad.tolist() == dv.rho_u_dphi(divergence, lu.detach(), lr).tolist()
 
 
 def _reinforce_normalizer(lp: torch.Tensor) -> object:
@@ -415,8 +419,8 @@ def test_weighted_k3_gradients_match_the_closed_form_where_autograd_cancelled(fo
 def test_an_anchor_85_nats_from_the_sampler_gives_the_float64_loss(divergence, style, clip, log_rho_total):
     """Sequence level, w = 1, a separate anchor with log rho = -+85 over the response (8.5 per token x 10 tokens):
     rho and u are normal float32 numbers, but u log u (e^85 x 85) is not, while rho u log u = +-85 is; rpg_loss
-    refused it as an overflow (at -85, in rkl and urkl).
-    Reference: float64; a KL term beyond float32's largest is refused."""
+    refused it as an overflow (at -85, in rkl and urkl). At +85 fkl's and ufkl's term before beta, rho (-log u) ~
+    e^85 x 85, passes float32's largest; it was refused until beta was multiplied in first. Reference: float64."""
 
     def run(dtype):
         old = torch.full((2, 10), -1.0, dtype=dtype)
@@ -427,15 +431,7 @@ def test_an_anchor_85_nats_from_the_sampler_gives_the_float64_loss(divergence, s
         (g,) = torch.autograd.grad(out.loss, lp)
         return out.loss.item(), g.double()
 
-    from rpgrl.objectives import divergences as dv
-
     v64, g64 = run(torch.float64)
-    lu, lr = torch.tensor([-log_rho_total], dtype=torch.float64), torch.tensor([log_rho_total], dtype=torch.float64)
-    if style == "differentiable" and dv.regularizer(divergence, lu, lr).abs() > F32_MAX:
-        # +85 with fkl / ufkl: the KL term before beta, rho (-log u) ~ e^85 x 85, passes float32's largest
-        with pytest.raises(LossOverflow):
-            run(torch.float32)
-        return
     v32, g32 = run(torch.float32)
     assert v32 == pytest.approx(v64, rel=1e-5, abs=1e-6)
     assert torch.allclose(g32, g64, rtol=1e-4, atol=1e-6)
@@ -553,23 +549,31 @@ def _closed_form_dual_gradient(divergence: str, log_w: float, log_rho: float, ad
     return w_b * beta * d_phi_over_u
 
 
+_DUAL_CASES = [(0.0625, 20.0, 0.1), (0.0625, 50.0, 0.1), (0.0625, 80.0, 0.1), (-0.125, -20.0, 0.1), (2.5, 20.0, 0.1),
+               (2.5, 60.0, 0.1), (0.0625, 88.75, 0.1), (0.0625, 83.0, 10.0), (0.0, 84.28125, 1.0)]  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
-@pytest.mark.parametrize("log_w, log_rho", [(0.0625, 20.0), (0.0625, 50.0), (0.0625, 80.0), (-0.125, -20.0),
-                                            (2.5, 20.0), (2.5, 60.0)])  # fmt: skip
-def test_dual_clip_with_the_kl_inside_keeps_its_gradient_under_a_far_anchor(dtype, divergence, log_w, log_rho):
+@pytest.mark.parametrize("log_w, log_rho, beta", _DUAL_CASES)
+def test_dual_clip_with_the_kl_inside_keeps_its_gradient_under_a_far_anchor(dtype, divergence, log_w, log_rho, beta):
     """Alg. 1 (differentiable, dual clip, exact analogue, the KL inside the clip), sequence level, a separate anchor
     log rho nats from the sampler. Unclipped, the loss -A_hat w is -w A + beta rho phi(u); taken as the product, its
     gradient added two terms of size beta rho that cancel: urkl's gradient was -4.0 for -1.05 at log rho = 20 in
     float32 and 0 for -4.2 at 50 in float64. log w = 2.5 is clipped (w > c = 10, or > 1.28 where A_hat >= 0), where the
-    gradient runs through A_hat alone. The inputs are exact binary fractions; reference: the closed forms in float64."""
-    beta, adv = 0.1, -1.0
+    gradient runs through A_hat alone. At log rho = 88.75 rho phi(u) passes float32's largest while beta rho phi(u)
+    does not (urkl: a gradient of 0, then a refusal); at 83 with beta = 10 and at 84.28 with beta = 1, beta rho |log u|
+    does not fit while the gradient does (refused in backward). A loss or gradient beyond the dtype is refused. The
+    inputs are exact binary fractions; reference: the closed forms in float64."""
+    adv = -1.0
     old = torch.tensor([[-1.0]], dtype=dtype)
     lp = (old + log_w).requires_grad_()
-    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), divergence=divergence,
-                   style="differentiable", beta=beta, level="sequence", agg="seq-mean-token-sum", clip="dual",
-                   kl_in_clip=True, analogue="exact", anchor_logp=old + log_rho)  # fmt: skip
-    out.loss.backward()
+
+    def loss():
+        return rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), divergence=divergence,
+                        style="differentiable", beta=beta, level="sequence", agg="seq-mean-token-sum", clip="dual",
+                        kl_in_clip=True, analogue="exact", anchor_logp=old + log_rho).loss  # fmt: skip
+
     lu = log_w - log_rho
     phi_over_u = {"fkl": -lu * math.exp(-lu), "rkl": lu, "ufkl": 1 - (1 + lu) * math.exp(-lu),
                   "urkl": lu - 1 + math.exp(-lu)}[divergence]  # fmt: skip
@@ -577,8 +581,32 @@ def test_dual_clip_with_the_kl_inside_keeps_its_gradient_under_a_far_anchor(dtyp
     log_b = torch.nextafter(torch.tensor(math.log(bound), dtype=dtype), torch.tensor(0.0, dtype=dtype))  # 1 ulp in
     w_b = None if log_w < math.log(1.2) else math.exp(log_b.item())
     want = _closed_form_dual_gradient(divergence, log_w, log_rho, adv, beta, w_b)
+    want_loss = (-adv + beta * phi_over_u) * (math.exp(log_w) if w_b is None else w_b)
+    if max(abs(want), abs(want_loss)) > torch.finfo(dtype).max:
+        with pytest.raises(LossOverflow):
+            loss().backward()
+        return
+    loss().backward()
     rel = 1e-5 if dtype == torch.float32 else 1e-12
     assert lp.grad.item() == pytest.approx(want, rel=rel), (lp.grad.item(), want)
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl"])
+@pytest.mark.parametrize("kl_value_clamp", [10.0, None])
+def test_separate_kl_gradient_at_u_equal_one_under_a_normal_rho_past_87(divergence, kl_value_clamp):
+    """Differentiable, no clip, a separate anchor with log rho = log w = 87.5 (u = 1, rho a normal float32 number
+    past `direct_ok`'s symmetric bound 87.34): the KL term is 0 but its gradient -+beta rho is not; it was dropped
+    (0), silently. Reference: -(w A + C), C = -beta rho u phi'(u), in float64."""
+    adv, beta, log_rho = 0.5, 0.01, 87.5
+    old = torch.tensor([[-1.0]])
+    lp = (old + log_rho).requires_grad_()
+    out = rpg_loss(lp, old, torch.tensor([adv]), torch.ones(1, 1), divergence=divergence, style="differentiable",
+                   beta=beta, level="sequence", clip=None, kl_value_clamp=kl_value_clamp,
+                   anchor_logp=old + log_rho)  # fmt: skip
+    out.loss.backward()
+    rho = w = math.exp(log_rho)
+    c = -beta * (-rho if divergence == "fkl" else w)
+    assert lp.grad.item() == pytest.approx(-(w * adv + c), rel=1e-5)
 
 
 @pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])

@@ -93,24 +93,24 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
     return log_u - 1 + inv_u  # urkl
 
 
-def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
+def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Where rho = exp(log_rho) and u = exp(log_u) are both normal floats of their dtype and every function of u
-    here (u log u, u (log u + 1), ...) fits it, as does rho times |log u| (bool, their shape), so that rho times
-    a function of u is exact to rounding and so is its backward. Elsewhere (a separate anchor far from the sampler:
-    a sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is 0, a denormal or
-    inf, or u log u overflows under an rho that brings the product back (log u = 85, log rho = -85: rho u log u =
-    85), and the product is 0 * inf = NaN, inf times a tiny value, or a denormal's few digits: the terms are then
-    taken in log space, from log u and log rho (`_in_w`; `rho_u_dphi`, `rho_phi`, `regularizer`)."""
+    here (u log u, u (log u + 1), ...) fits it, as does scale x rho x (1 + |log u|) (bool, their shape), so that
+    scale x rho times a function of u is exact to rounding and so is its backward. Elsewhere (a separate anchor far
+    from the sampler: a sequence-level log rho summed over a long response passes float32's ~87 easily) rho or u is
+    0, a denormal or inf, or u log u overflows under an rho that brings the product back (log u = 85, log rho = -85:
+    rho u log u = 85), and the product is 0 * inf = NaN, inf times a tiny value, or a denormal's few digits: the
+    terms are then taken in log space, from log u and log rho (`_in_w`; `rho_u_dphi`, `rho_phi`, `regularizer`)."""
     info = torch.finfo(log_u.dtype)
     limit, log_max = -math.log(info.tiny), math.log(info.max)  # 87.3 / 708.4 and 88.7 / 709.8 (float32 / 64)
     top = log_max - math.log1p(log_max)  # u (log u + 1) fits below: 84.2 / 703.2
     lu = log_u.detach()
     ok = (lu > -limit) & (lu < top) & (log_rho.abs() < limit)
-    # backward multiplies rho into phi's factor log u before u: keep rho |log u| within the dtype (log u = -87, log
-    # rho = 87). Only where it is large: near log u = 0 the w-and-rho forms lose precision (urkl's w (log u - 1) + rho
-    # cancels), and rho itself is a normal float here; what the loss multiplies in first (beta, 1 / normalizer) may
-    # still overflow an intermediate, which the losses' backward guard reports
-    return ok & (log_rho + torch.log(lu.abs()) < log_max)
+    # backward multiplies scale x rho into phi's factors (log u, log u + 1, ...) before u: keep scale rho (1 + |log
+    # u|) within the dtype (log u = -87, log rho = 87; beta = 10 at log rho = 83). Near log u = 0 this asks no more
+    # than rho itself. What the loss multiplies in first (1 / normalizer) may still overflow an intermediate, which
+    # the losses' backward guard reports
+    return ok & (log_rho + (math.log(scale) + torch.log1p(lu.abs())) < log_max)
 
 
 def _signed_logs(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool):
@@ -174,22 +174,20 @@ def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> t
     return direct if bool(ok.all()) else torch.where(ok, direct, _in_w(divergence, log_u, log_rho, True))
 
 
-def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
-    """rho * phi(u), differentiable in `log_u` (`log_rho` constant): the separate KL term of the differentiable
-    surrogate with an anchor that is not the sampler. Exactly `exp(log_rho) * phi(log_u)` where rho and u are normal
-    floats (`direct_ok`); elsewhere in log space (`_in_w`), each form evaluated only on its own units (the other's
+def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """scale x rho x phi(u), differentiable in `log_u` (`log_rho` constant; `scale` > 0, a loss's beta, multiplied
+    in before anything can overflow: beta rho phi(u) may fit where rho phi(u) does not): the KL term of the
+    differentiable surrogate with an anchor that is not the sampler. Exactly `scale * exp(log_rho) * phi(log_u)`
+    where that and its backward fit (`direct_ok`); elsewhere in log space (`_in_w`, which has u = 1's zero and its
+    gradient, -+rho for fkl / rkl, without meeting 0 x inf), each form evaluated only on its own units (the other's
     inputs set to 0), so neither backward meets inf * 0. Shapes: any, alike."""
     _check(divergence)
-    ok = direct_ok(log_u, log_rho)
+    ok = direct_ok(log_u, log_rho, scale)
     if bool(ok.all()):
-        return torch.exp(log_rho) * phi(divergence, log_u)
+        return (scale * torch.exp(log_rho)) * phi(divergence, log_u)
     zero = torch.zeros_like(log_u)
-    # u = 1 exactly (pi_theta = pi_anchor, as right after an anchor reset) under an rho that is not a normal float:
-    # the term is 0, and so is its gradient for ufkl/urkl (fkl/rkl's, -+rho, overflows: `_gradient_weight_finite`
-    # refuses it); any form of it multiplies rho by 0, so those units take neither form's inputs
-    off = ok | (log_u.detach() == 0)
-    direct = torch.exp(torch.where(ok, log_rho, 0.0)) * phi(divergence, torch.where(ok, log_u, zero))
-    alt = _in_w(divergence, torch.where(off, zero, log_u), torch.where(off, 0.0, log_rho), False)
+    direct = (scale * torch.exp(torch.where(ok, log_rho, 0.0))) * phi(divergence, torch.where(ok, log_u, zero))
+    alt = _in_w(divergence, torch.where(ok, zero, log_u), torch.where(ok, 0.0, log_rho + math.log(scale)), False)
     return torch.where(ok, direct, alt)
 
 

@@ -135,11 +135,11 @@ def rpg_loss(
     logp = finite_gradient(logp, "rpg_loss")
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
     if style == "differentiable":
-        loss_unit, kl_unit = _differentiable(r, o)
+        loss_unit, clamped_kl = _differentiable(r, o)
         per_token = None if level == "sequence" else torch.where(r.mask, loss_unit, 0.0)  # loss_unit is -A at padding
         row_loss = loss_unit if level == "sequence" else per_token.sum(-1)
     else:
-        per_token, kl_unit = _reinforce(logp, r, o), None  # zero at padding
+        per_token, clamped_kl = _reinforce(logp, r, o), None  # zero at padding
         row_loss = per_token.sum(-1)
     loss = aggregate_rows(row_loss, r.mask, agg, normalizer)  # == aggregate(per_token, mask, agg, normalizer)
     if not torch.isfinite(loss) or (style == "differentiable" and not _gradient_weight_finite(r, o)):
@@ -149,7 +149,6 @@ def rpg_loss(
             f"rpg_loss overflowed ({what}, log w per {level} in {_span(r.log_w)}{rho}): a ratio is too extreme to "
             "represent; use clip='dual', smaller steps or max_log_w" + (", or a fresher anchor" if rho else "")
         )
-    clamped_kl = kl_unit if kl_value_clamp is not None else None  # report the clamped term the loss used
     r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
 
@@ -292,23 +291,24 @@ def _inside(bound: float, direction: int, like: torch.Tensor) -> torch.Tensor:
 
 def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-unit differentiable loss (spec 2.1 l_diff; with clip='dual' paper Alg. 1 / spec 4.1). Returns
-    (loss_unit, kl_unit) with kl_unit = rho phi(u) when it is a separate term, else None. Shapes: units."""
+    (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None). Shapes: units."""
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
     clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
     w = torch.exp(log_w) if clip is None else None
-    kl_unit = None
+    clamped_kl, kl, alpha = None, None, beta  # the loss adds alpha x kl: the separate KL term
     if sep_kl and o.kl_value_clamp is not None:  # as released (spec 4.3 iv): the separate KL term clamped
-        kl_unit, clamped = _clamped_kl(divergence, log_u, log_rho, o.kl_value_clamp)
+        clamped_kl, clamped = _clamped_kl(divergence, log_u, log_rho, o.kl_value_clamp)
+        kl = clamped_kl
         with torch.no_grad():
             metrics["clip/frac_kl_clamp"] = r.unit_mean(clamped)
-    elif sep_kl and log_rho is not None:
-        kl_unit = dv.rho_phi(divergence, log_u, log_rho)
-    elif sep_kl:
-        kl_unit = dv.phi(divergence, log_u, w)
-    add_kl = kl_unit is not None and beta > 0
+    elif sep_kl and log_rho is not None and beta > 0:  # beta first: beta rho phi(u) may fit where rho phi(u) does not
+        kl, alpha = dv.rho_phi(divergence, log_u, log_rho, scale=beta), 1.0
+    elif sep_kl and beta > 0:
+        kl = dv.phi(divergence, log_u, w)
+    add_kl = kl is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
-        return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
+        return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl
 
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
     exact = not (sep_kl or beta == 0) and o.analogue == "exact"  # -w A_hat == -w A + beta rho phi(u)
@@ -336,7 +336,7 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         metrics[M.CLIP_HIGH] = r.unit_mean(pos & (lw >= b.log_hi))
         metrics[M.CLIP_LOW] = r.unit_mean(~pos & (lw <= b.log_lo))
         metrics[M.CLIP_DUAL] = r.unit_mean(~pos & (lw >= b.log_c))
-    return (torch.add(loss, kl_unit, alpha=beta) if add_kl else loss), kl_unit
+    return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl
 
 
 def _exact_dual(r: _Ratios, o: RPGOptions, neg_a_hat_at, log_lo: torch.Tensor, log_hi: torch.Tensor) -> torch.Tensor:
@@ -350,8 +350,10 @@ def _exact_dual(r: _Ratios, o: RPGOptions, neg_a_hat_at, log_lo: torch.Tensor, l
     with torch.no_grad():
         free = (log_w >= log_lo) & (log_w <= log_hi)  # where clamp passes the gradient: the unclipped rows
     lw = torch.where(free, log_w, 0.0)
-    kl = dv.phi(o.divergence, lw) if log_rho is None else dv.rho_phi(o.divergence, lw - log_rho, log_rho)
-    unclipped = torch.add(-adv * torch.exp(lw), kl, alpha=o.beta)
+    if log_rho is None:  # u = w, within the clip's bounds here
+        unclipped = torch.add(-adv * torch.exp(lw), dv.phi(o.divergence, lw), alpha=o.beta)
+    else:  # beta multiplied in first: beta rho phi(u) may fit where rho phi(u) does not
+        unclipped = -adv * torch.exp(lw) + dv.rho_phi(o.divergence, lw - log_rho, log_rho, scale=o.beta)
     clipped = neg_a_hat_at(torch.where(free, 0.0, log_u)) * torch.exp(log_w.clamp(log_lo, log_hi))
     return torch.where(free, unclipped, clipped)
 
