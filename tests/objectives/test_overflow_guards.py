@@ -630,3 +630,46 @@ def test_clamped_kl_term_where_rho_or_u_leaves_float32(divergence, log_rho_total
     assert c32 == c64
     assert v32 == pytest.approx(v64, rel=1e-5, abs=1e-6)
     assert torch.allclose(g32, g64, rtol=1e-4, atol=1e-6), (g32, g64)
+
+
+_BETA_FIRST = [  # (divergence, style, clip, dtype, log w, log rho, A, beta): one token, old log-prob 0
+    ("urkl", "differentiable", None, torch.float32, 0.0, -60.0, 0.0, 1e-30),  # beta rho underflowed: 0
+    ("urkl", "differentiable", "dual", torch.float32, 0.1, -60.0, 0.0, 1e-30),
+    ("rkl", "differentiable", None, torch.float32, -6.0, -87.3, 0.0, 1e-4),  # a denormal beta rho: 9e-5 off
+    ("rkl", "differentiable", None, torch.float64, -6.0, -700.0, 0.0, 1e-30),
+    ("fkl", "differentiable", None, torch.float32, 20.0, 100.0, -1.0, 1e-30),  # refused: rho before beta
+    ("fkl", "differentiable", None, torch.float32, 0.1, 90.0, 0.5, 1e-4),
+    ("rkl", "differentiable", None, torch.float32, -6.0, -87.3, -1.0, 1e6),
+    ("rkl", "reinforce", None, torch.float32, -6.0, -87.3, -1.0, 1e6),
+    ("rkl", "differentiable", None, torch.float64, 2.0, -700.0, 1.0, 1e6),
+    ("fkl", "reinforce", None, torch.float32, 20.0, 100.0, -1.0, 0.0),  # beta = 0: -0 x inf was NaN
+    ("rkl", "reinforce", None, torch.float32, 0.5, -95.0, 1.0, 0.0),
+    ("fkl", "reinforce", None, torch.float64, 0.5, 720.0, 1.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("divergence, style, clip, dtype, log_w, log_rho, adv, beta", _BETA_FIRST)
+def test_beta_is_multiplied_into_the_kl_before_rho_can_leave_the_dtype(divergence, style, clip, dtype, log_w,
+                                                                        log_rho, adv, beta):  # fmt: skip
+    """A separate anchor log rho from the sampler, where beta rho fits the dtype and rho does not (or the reverse):
+    the KL term and its gradient weight C = -beta rho u phi'(u) were formed as rho first, so they were refused,
+    underflowed to 0 or kept a denormal's few digits; at beta = 0 the REINFORCE weight was -0 x inf = NaN. Reference:
+    mpmath at 60 digits, the loss -w A + beta rho phi(u) (REINFORCE: -(w A + C) log p) and the gradient -(w A + C)."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(60):
+        lw, lr = mpmath.mpf(log_w), mpmath.mpf(log_rho)
+        lu, w, rho = lw - lr, mpmath.exp(lw), mpmath.exp(lr)
+        u = mpmath.exp(lu)
+        phi = {"fkl": -lu, "rkl": u * lu, "ufkl": u - 1 - lu, "urkl": u * lu - u + 1}[divergence]
+        u_dphi = {"fkl": -1, "rkl": u * (lu + 1), "ufkl": u - 1, "urkl": u * lu}[divergence]
+        weight = w * adv - beta * rho * u_dphi  # w A + C
+        want_loss = float(-weight * lw if style == "reinforce" else -w * adv + beta * rho * phi)
+        weight = float(weight)
+    old = torch.zeros(1, 1, dtype=dtype)
+    lp = (old + log_w).requires_grad_()
+    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), divergence=divergence, style=style,
+                   beta=beta, clip=clip, anchor_logp=old + log_rho, normalizer=1)  # fmt: skip
+    out.loss.backward()
+    rel = 1e-5 if dtype == torch.float32 else 1e-12
+    assert out.loss.item() == pytest.approx(want_loss, rel=rel)
+    assert lp.grad.item() == pytest.approx(-weight, rel=rel)

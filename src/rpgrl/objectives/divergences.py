@@ -107,10 +107,11 @@ def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) ->
     lu = log_u.detach()
     ok = (lu > -limit) & (lu < top) & (log_rho.abs() < limit)
     # backward multiplies scale x rho into phi's factors (log u, log u + 1, ...) before u: keep scale rho (1 + |log
-    # u|) within the dtype (log u = -87, log rho = 87; beta = 10 at log rho = 83). Near log u = 0 this asks no more
-    # than rho itself. What the loss multiplies in first (1 / normalizer) may still overflow an intermediate, which
-    # the losses' backward guard reports
-    return ok & (log_rho + (math.log(scale) + torch.log1p(lu.abs())) < log_max)
+    # u|) within the dtype (log u = -87, log rho = 87; beta = 10 at log rho = 83), and scale rho a normal float (beta
+    # = 1e-30 at log rho = -60 gave 0). Near log u = 0 this asks no more than rho itself. What the loss multiplies in
+    # first (1 / normalizer) may still overflow an intermediate, which the losses' backward guard reports
+    log_scaled = log_rho + math.log(scale)
+    return ok & (log_scaled > -limit) & (log_scaled + torch.log1p(lu.abs()) < log_max)
 
 
 def _signed_logs(divergence: str, lu: torch.Tensor, lr: torch.Tensor, derivative: bool):
@@ -164,14 +165,17 @@ class _RhoPhi(torch.autograd.Function):
         return times_exp(grad, *_signed_logs(ctx.divergence, log_u, log_rho, True)), None, None
 
 
-def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> torch.Tensor:
-    """rho * u * phi'(u) (the REINFORCE weight's KL part without -beta): `u_dphi` times rho where rho and u are
-    normal floats (`direct_ok`), else in log space (`_in_w`): fkl -rho, rkl w (log u + 1), ufkl rho (u - 1),
-    urkl w log u, each as sign x exp(log size). For a detached coefficient. Shapes: any, alike."""
+def rho_u_dphi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """scale x rho x u x phi'(u) (the REINFORCE weight's KL part, -C, with `scale` = beta > 0 multiplied in before
+    anything can overflow): `u_dphi` times scale x rho where that fits (`direct_ok`), else in log space (`_in_w`):
+    fkl -rho, rkl w (log u + 1), ufkl rho (u - 1), urkl w log u, each as sign x exp(log size). For a detached
+    coefficient. Shapes: any, alike."""
     _check(divergence)
-    ok = direct_ok(log_u, log_rho)
-    direct = u_dphi(divergence, log_u) * torch.exp(log_rho)
-    return direct if bool(ok.all()) else torch.where(ok, direct, _in_w(divergence, log_u, log_rho, True))
+    ok = direct_ok(log_u, log_rho, scale)
+    direct = u_dphi(divergence, log_u) * (scale * torch.exp(log_rho))
+    if bool(ok.all()):
+        return direct
+    return torch.where(ok, direct, _in_w(divergence, log_u, log_rho + math.log(scale), True))
 
 
 def rho_phi(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) -> torch.Tensor:

@@ -243,12 +243,11 @@ def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
         return True
     with torch.no_grad():
         weight = torch.exp(r.log_w) * r.adv if reward else torch.zeros_like(r.log_w)
-        if kl:
-            c = dv.u_dphi(o.divergence, r.log_u).mul_(o.beta)
-            if r.log_rho is not None:
-                c = c * torch.exp(r.log_rho)
-                ok = dv.direct_ok(r.log_u, r.log_rho)
-                c = torch.where(ok, c, o.beta * dv.rho_u_dphi(o.divergence, r.log_u, r.log_rho))
+        if kl:  # beta multiplied in first: beta rho u phi'(u) may fit where rho u phi'(u) does not
+            if r.log_rho is None:
+                c = dv.u_dphi(o.divergence, r.log_u).mul_(o.beta)
+            else:
+                c = dv.rho_u_dphi(o.divergence, r.log_u, r.log_rho, scale=o.beta)
             weight = weight - c
         return bool(torch.isfinite(weight).all())  # padding: log w = log u = 0 and A = 0 there, finite
 
@@ -377,15 +376,13 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     mask of Alg. 2 (None when nothing is masked). The loss is -coef * logp with logp cut where not active."""
     log_rho, adv, divergence, beta, clip, branch = r.log_rho, r.adv, o.divergence, o.beta, o.clip, o.branch
     b, unit_mean, metrics = _Bounds(o.eps_low, o.eps_high, o.c), r.unit_mean, r.metrics
-    rho = None if log_rho is None else torch.exp(log_rho)
 
     def kl_part(lu: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # C = -beta rho u phi'(u)
-        cc = dv.u_dphi(divergence, lu, u).mul_(-beta)
-        if rho is None:
-            return cc
-        cc = cc.mul_(rho)
-        ok = dv.direct_ok(lu, log_rho)  # else rho or u is 0, denormal or inf (0 * inf = NaN): in log space instead
-        return cc if bool(ok.all()) else torch.where(ok, cc, dv.rho_u_dphi(divergence, lu, log_rho).mul_(-beta))
+        if beta == 0:  # 0, also where rho or u leaves the dtype (-0 x inf was NaN)
+            return torch.zeros_like(lu)
+        if log_rho is None:
+            return dv.u_dphi(divergence, lu, u).mul_(-beta)
+        return dv.rho_u_dphi(divergence, lu, log_rho, scale=beta).neg_()  # beta rho first; in log space beyond
 
     if clip == "truncate":
         log_wc = log_w.clamp(b.log_lo, b.log_hi)
