@@ -673,3 +673,30 @@ def test_beta_is_multiplied_into_the_kl_before_rho_can_leave_the_dtype(divergenc
     rel = 1e-5 if dtype == torch.float32 else 1e-12
     assert out.loss.item() == pytest.approx(want_loss, rel=rel)
     assert lp.grad.item() == pytest.approx(-weight, rel=rel)
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("dtype, log_w", [(torch.float32, -90.0), (torch.float64, -712.0)])
+def test_clipped_rows_multiply_beta_in_before_one_over_u_overflows(divergence, dtype, log_w):
+    """Alg. 1, exact analogue, no anchor: a unit far below the sampler (w = e^-90 in float32) is clipped at
+    1 - eps_low, where the loss is -A_hat w_b with A_hat = A - beta phi(u)/u and its gradient w_b beta (phi/u)'. 1/u
+    = e^90 is not a float32 number but beta / u is: A_hat was formed as phi(u)/u first, and the loss (8.8e36 for fkl)
+    refused. Reference: mpmath at 60 digits."""
+    mpmath = pytest.importorskip("mpmath")
+    adv, beta = 0.5, 1e-4
+    log_b = torch.nextafter(torch.tensor(math.log(0.8), dtype=dtype), torch.tensor(0.0, dtype=dtype)).item()
+    with mpmath.workdps(60):
+        lu, w_b = mpmath.mpf(log_w), mpmath.exp(mpmath.mpf(log_b))  # clipped at 1 - eps_low, one ulp inside
+        inv = mpmath.exp(-lu)
+        phi_over_u = {"fkl": -lu * inv, "ufkl": 1 - (1 + lu) * inv, "urkl": lu - 1 + inv}[divergence]
+        d_phi_over_u = {"fkl": (lu - 1) * inv, "ufkl": lu * inv, "urkl": 1 - inv}[divergence]
+        want_loss, want_grad = float((-adv + beta * phi_over_u) * w_b), float(w_b * beta * d_phi_over_u)
+    old = torch.zeros(1, 1, dtype=dtype)
+    lp = (old + log_w).requires_grad_()
+    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), divergence=divergence,
+                   style="differentiable", beta=beta, clip="dual", kl_in_clip=True, analogue="exact")  # fmt: skip
+    out.loss.backward()
+    rel = 1e-5 if dtype == torch.float32 else 1e-12
+    assert out.loss.item() == pytest.approx(want_loss, rel=rel)
+    assert lp.grad.item() == pytest.approx(want_grad, rel=rel)
+    assert out.metrics["clip/frac_low"].item() == 1.0

@@ -79,18 +79,34 @@ def dphi(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None) ->
     return -inv_u if divergence == "fkl" else 1 - inv_u
 
 
-def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
-    """phi(u) / u, so that `A_hat = A - beta * phi(u)/u` gives `-w * A_hat = -w A + beta * rho * phi(u)` exactly
-    (the per-sample exact Algorithm-1 advantage analogue, spec 4.1 last bullet)."""
+def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+    """scale x phi(u) / u, so that `A_hat = A - phi_over_u(u, scale=beta)` gives `-w * A_hat = -w A + beta * rho *
+    phi(u)` exactly (the per-sample exact Algorithm-1 advantage analogue, spec 4.1 last bullet). `scale` (> 0)
+    multiplies 1/u in before it can leave the dtype: fkl's beta (-log u) / u at log u = -90 is 8.8e36 in float32, where
+    1/u is not a float32 number."""
     _check(divergence)
     if divergence == "rkl":
-        return log_u
-    inv_u = torch.exp(-log_u) if u is None else 1 / u
+        return log_u if scale == 1.0 else scale * log_u
+    s_inv = _scaled_inverse(log_u, u, scale)
     if divergence == "fkl":
-        return -log_u * inv_u
+        return -log_u * s_inv
     if divergence == "ufkl":
-        return 1 - (1 + log_u) * inv_u
-    return log_u - 1 + inv_u  # urkl
+        return scale - (1 + log_u) * s_inv
+    return scale * (log_u - 1) + s_inv  # urkl
+
+
+def _scaled_inverse(log_u: torch.Tensor, u: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """scale / u: as scale x exp(-log u) (or scale / u) where 1/u and the result are normal floats, else as exp(log
+    scale - log u), each form on its own units (the other's set to log u = 0), so neither backward meets 0 x inf."""
+    if scale == 1.0:
+        return torch.exp(-log_u) if u is None else 1 / u
+    limit = -math.log(torch.finfo(log_u.dtype).tiny)
+    lu = log_u.detach()
+    ok = (lu.abs() < limit) & ((math.log(scale) - lu).abs() < limit)
+    if bool(ok.all()):
+        return scale * (torch.exp(-log_u) if u is None else 1 / u)
+    direct = scale * torch.exp(-torch.where(ok, log_u, 0.0))
+    return torch.where(ok, direct, torch.exp(math.log(scale) - torch.where(ok, 0.0, log_u)))
 
 
 def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
