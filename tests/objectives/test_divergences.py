@@ -85,3 +85,52 @@ def test_log_space_is_finite_for_sequence_level_ratios():
 def test_unknown_divergence():
     with pytest.raises(ValueError, match="unknown divergence 'kl'; valid: fkl, rkl, ufkl, urkl"):
         dv.phi("kl", LOG_U)
+
+
+_NEAR_ONE = [1e-7, -1e-7, 3e-5, -1e-3, 0.0625, -0.09375, 0.1, -0.125, 0.375, -0.4375, 0.5, -0.5, 0.75, -3.0, 12.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("div", ["ufkl", "urkl"])
+def test_phi_and_its_gradient_near_u_equal_one_against_mpmath(div, dtype):
+    """ufkl's k3(u) and urkl's u log u - u + 1 are ~(log u)^2 / 2 near u = 1; as differences of terms of size |log u|
+    they kept ~2 eps / (log u)^2 of relative precision (ufkl at log u = -1e-7 in float32: -0.15 for 5e-15; times rho
+    = e^32.5 in `rho_phi`, -2.5e6 for 0.65), their gradients ~eps / |log u|. Now both within a few eps, also through
+    `rho_phi` with a far anchor and in `regularizer`. Reference: mpmath at 50 digits, from the dtype's own log u."""
+    mpmath = pytest.importorskip("mpmath")
+    lu = torch.tensor(_NEAR_ONE, dtype=dtype, requires_grad=True)
+    value = dv.phi(div, lu)
+    (grad,) = torch.autograd.grad(value.sum(), lu)
+    lr = torch.full_like(lu, 32.5)
+    scaled = dv.rho_phi(div, lu, lr)
+    (scaled_grad,) = torch.autograd.grad(scaled.sum(), lu)
+    report = dv.regularizer(div, lu.detach(), None)
+    eps = torch.finfo(dtype).eps
+    with mpmath.workdps(50):
+        for i, x in enumerate(lu.detach().tolist()):
+            x = mpmath.mpf(x)
+            u = mpmath.exp(x)
+            want = u - 1 - x if div == "ufkl" else u * x - u + 1
+            want_grad = u - 1 if div == "ufkl" else u * x  # d phi / d log u = u phi'(u)
+            rho = mpmath.exp(mpmath.mpf(float(lr[i])))
+            for got, ref in ((value[i], want), (report[i], want), (grad[i], want_grad), (scaled[i], rho * want),
+                             (scaled_grad[i], rho * want_grad)):  # fmt: skip
+                assert abs(got.item() - float(ref)) <= 8 * eps * abs(float(ref)), (x, got.item(), float(ref))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_k3_and_its_gradient_near_zero_against_mpmath(dtype):
+    """k3(x) = e^x - 1 - x as expm1(x) - x kept ~2 eps / |x| (at x = 1e-7 in float32 nothing), its autograd gradient
+    (expm1(x) + 1) - 1 ~eps / |x|; now the series below |x| = 0.5 and the gradient expm1(x)."""
+    from rpgrl.objectives.kl import k3
+
+    mpmath = pytest.importorskip("mpmath")
+    x = torch.tensor(_NEAR_ONE + [-40.0, 80.0], dtype=dtype, requires_grad=True)
+    v = k3(x)
+    (g,) = torch.autograd.grad(v.sum(), x)
+    eps = torch.finfo(dtype).eps
+    with mpmath.workdps(50):
+        for i, xi in enumerate(x.detach().tolist()):
+            m = mpmath.mpf(xi)
+            assert abs(v[i].item() - float(mpmath.expm1(m) - m)) <= 4 * eps * float(mpmath.expm1(m) - m), xi
+            assert abs(g[i].item() - float(mpmath.expm1(m))) <= 4 * eps * abs(float(mpmath.expm1(m))), xi

@@ -35,17 +35,45 @@ def k2(log_r: torch.Tensor) -> torch.Tensor:
 
 
 def k3(log_r: torch.Tensor) -> torch.Tensor:
-    """k3 = r - 1 - log r, computed as expm1(log r) - log r (no cancellation in r - 1 near r = 1), elementwise: any
-    shape -> the same shape.
-
-    Non-negative in floating point too: expm1 is monotone and expm1(x) >= x, so the rounded value is >= x. At
-    log r = +inf (a log-prob of -inf under the ratio's denominator) it is +inf, where expm1 - log r gave inf - inf.
+    """k3 = r - 1 - log r, elementwise: any shape -> the same shape. Taken as expm1(log r) - log r, and below |log r|
+    = 0.5 as the series x^2 / 2 (1 + x / 3 + x^2 / 12 + ...) (`_k3_tail`): expm1(x) - x keeps only ~2 eps / |x| of
+    relative precision there (all of it lost at |x| ~ eps; 8 eps at 0.125). Its gradient is formed as expm1(log r)
+    (`_K3`), where autograd's (expm1(x) + 1) - 1 lost the same. Non-negative in floating point too (expm1 is monotone
+    and expm1(x) >= x; the series' terms past x^2 / 2 are below it). +inf at log r = +-inf (a log-prob of -inf under
+    either side of the ratio), where expm1 - log r gave inf - inf at +inf.
     """
     top = torch.isposinf(log_r)
     if not bool(top.any()):
-        return torch.expm1(log_r) - log_r
-    x = torch.where(top, 0.0, log_r)  # so expm1's backward never meets e^inf times a zero gradient
-    return torch.where(top, log_r, torch.expm1(x) - x)
+        return _K3.apply(log_r)
+    return torch.where(top, log_r, _K3.apply(torch.where(top, 0.0, log_r)))  # expm1's backward never sees e^inf
+
+
+def _k3_tail(s: torch.Tensor) -> torch.Tensor:
+    """sum_n 2 s^n / (n + 2)!, n = 1..14 (Horner), so that k3(s) = s^2 / 2 (1 + tail) for |s| <= 0.5: the terms
+    past n = 14 are below 1e-18 there."""
+    tail = torch.zeros_like(s)
+    for n in range(14, 0, -1):
+        tail = s * (2.0 / math.factorial(n + 2) + tail)
+    return tail
+
+
+class _K3(torch.autograd.Function):
+    """k3(x) = expm1(x) - x (the series below |x| = 0.5) with the derivative expm1(x). Finite x or -inf."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        small = x.abs() < 0.5
+        direct = torch.expm1(x) - x
+        if not bool(small.any()):
+            return direct
+        s = torch.where(small, x, 0.0)
+        return torch.where(small, 0.5 * s * s * (1 + _k3_tail(s)), direct)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * torch.expm1(x)
 
 
 def grpo_kl_term(
@@ -191,10 +219,7 @@ def log_k3(x: torch.Tensor) -> torch.Tensor:
     mid = torch.where(big | small, 0.5, x)
     out = torch.where(big, _log_k3(torch.where(big, x, 2.0)), torch.log(k3(mid)))
     s = torch.where(small, x, 0.05)
-    tail = torch.zeros_like(s)
-    for n in range(8, 0, -1):  # sum_n 2 x^n / (n + 2)!, Horner: the terms past n = 8 are below 1e-16 at |x| = 0.1
-        tail = s * (2.0 / math.factorial(n + 2) + tail)
-    return torch.where(small, 2 * torch.log(s.abs()) - math.log(2.0) + torch.log1p(tail), out)
+    return torch.where(small, 2 * torch.log(s.abs()) - math.log(2.0) + torch.log1p(_k3_tail(s)), out)
 
 
 def _log_k3(x: torch.Tensor) -> torch.Tensor:
