@@ -134,3 +134,29 @@ def test_k3_and_its_gradient_near_zero_against_mpmath(dtype):
             m = mpmath.mpf(xi)
             assert abs(v[i].item() - float(mpmath.expm1(m) - m)) <= 4 * eps * float(mpmath.expm1(m) - m), xi
             assert abs(g[i].item() - float(mpmath.expm1(m))) <= 4 * eps * abs(float(mpmath.expm1(m))), xi
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("div", ["fkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("scale", [1.0, 1e-4, 10.0])
+def test_phi_over_u_and_its_gradient_against_mpmath(div, scale, dtype):
+    """scale x phi(u) / u (Alg. 1's A_hat, scale = beta): near u = 1 ufkl's and urkl's cancelled to ~(log u)^2 / 2
+    (ufkl, scale 10, log u = 1.2e-7 in float32: a gradient of 9.5e-7 for 3.2e-6), and far from it 1/u left the
+    dtype before the scale multiplied in. Reference: mpmath at 50 digits."""
+    mpmath = pytest.importorskip("mpmath")
+    big = 95.0 if dtype == torch.float32 else 712.0  # 1/u beyond the dtype, scale / u within it (for scale 1e-4)
+    lu = torch.tensor(_NEAR_ONE + [-big], dtype=dtype, requires_grad=True)
+    value = dv.phi_over_u(div, lu, scale=scale)
+    (grad,) = torch.autograd.grad(value.sum(), lu)
+    eps, top = torch.finfo(dtype).eps, torch.finfo(dtype).max
+    with mpmath.workdps(50):
+        for i, x in enumerate(lu.detach().tolist()):
+            m = mpmath.mpf(x)
+            inv = mpmath.exp(-m)
+            want = scale * {"fkl": -m * inv, "ufkl": 1 - (1 + m) * inv, "urkl": m - 1 + inv}[div]
+            want_grad = scale * {"fkl": (m - 1) * inv, "ufkl": m * inv, "urkl": 1 - inv}[div]
+            if abs(want_grad) > top:  # beyond the dtype: not asked
+                continue
+            tol = (16 + (abs(x) if x == -big else 0)) * eps  # the log form: its exponent's rounding, ~|log u| eps
+            assert abs(value[i].item() - float(want)) <= tol * abs(float(want)), (x, value[i].item(), want)
+            assert abs(grad[i].item() - float(want_grad)) <= tol * abs(float(want_grad)), (x, grad[i].item())

@@ -271,3 +271,28 @@ def test_log_k3_and_log_abs_expm1_against_mpmath(dtype, tol):
         ):
             got = fn(xt).item()
             assert abs(got - float(exact)) <= tol * max(1.0, abs(float(exact))), (fn.__name__, x, got, float(exact))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.func's own use of torch.jit.script
+def test_k3_under_torch_func_transforms():
+    """k3's custom gradient works under torch.func's grad, vmap and jvp (a data-dependent branch and a custom Function
+    without setup_context made them raise)."""
+    x = torch.tensor([1e-7, -0.3, 0.7, 3.0, -40.0], dtype=torch.float64)
+    assert torch.equal(torch.func.grad(lambda t: k3(t).sum())(x), torch.expm1(x))
+    assert torch.equal(torch.func.vmap(k3)(x[:, None]).flatten(), k3(x))
+    assert torch.equal(torch.func.jvp(k3, (x,), (torch.ones_like(x),))[1], torch.expm1(x))
+
+
+@pytest.mark.parametrize("ref", [-5.7477e-8, -0.25])
+def test_corrected_grpo_term_where_w_overflows_and_k3_is_small(ref):
+    """w k3(pi_ref / pi_theta) with w = e^100 (not a float32 number) and a small k3: 4.4e28 fits float32, where the
+    product w x k3 was inf (and 0 while k3 was inaccurate); at -0.25 the term, 7e41, does not. Reference: mpmath."""
+    mpmath = pytest.importorskip("mpmath")
+    lp = torch.zeros(1, 1, requires_grad=True)
+    term = grpo_kl_term(lp, torch.full((1, 1), ref), torch.full((1, 1), -100.0), corrected=True)
+    x = mpmath.mpf(float(torch.tensor(ref)))  # the float32 value
+    want = float(mpmath.exp(100) * (mpmath.expm1(x) - x))
+    if want > torch.finfo(torch.float32).max:
+        assert term.item() == math.inf
+    else:
+        assert term.item() == pytest.approx(want, rel=1e-5)

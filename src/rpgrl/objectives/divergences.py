@@ -95,16 +95,21 @@ def phi_over_u(divergence: str, log_u: torch.Tensor, u: torch.Tensor | None = No
     """scale x phi(u) / u, so that `A_hat = A - phi_over_u(u, scale=beta)` gives `-w * A_hat = -w A + beta * rho *
     phi(u)` exactly (the per-sample exact Algorithm-1 advantage analogue, spec 4.1 last bullet). `scale` (> 0)
     multiplies 1/u in before it can leave the dtype: fkl's beta (-log u) / u at log u = -90 is 8.8e36 in float32, where
-    1/u is not a float32 number."""
+    1/u is not a float32 number. Below |log u| = 0.5 ufkl's is (scale / u) k3(log u) and urkl's scale k3(-log u)
+    (`kl.k3`): as scale - (1 + log u) / u and scale (log u - 1) + 1/u they cancelled to ~(log u)^2 / 2."""
     _check(divergence)
     if divergence == "rkl":
         return log_u if scale == 1.0 else scale * log_u
     s_inv = _scaled_inverse(log_u, u, scale)
     if divergence == "fkl":
         return -log_u * s_inv
-    if divergence == "ufkl":
-        return scale - (1 + log_u) * s_inv
-    return scale * (log_u - 1) + s_inv  # urkl
+    far = scale - (1 + log_u) * s_inv if divergence == "ufkl" else scale * (log_u - 1) + s_inv
+    small = log_u.detach().abs() < 0.5
+    if not bool(small.any()):
+        return far
+    lu = torch.where(small, log_u, 0.0)  # the near form on its own units (k3 of a large log u overflows)
+    near = torch.where(small, s_inv, scale) * k3(lu) if divergence == "ufkl" else scale * k3(-lu)
+    return torch.where(small, near, far)
 
 
 def _scaled_inverse(log_u: torch.Tensor, u: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -112,13 +117,14 @@ def _scaled_inverse(log_u: torch.Tensor, u: torch.Tensor | None, scale: float) -
     scale - log u), each form on its own units (the other's set to log u = 0), so neither backward meets 0 x inf."""
     if scale == 1.0:
         return torch.exp(-log_u) if u is None else 1 / u
-    limit = -math.log(torch.finfo(log_u.dtype).tiny)
-    lu = log_u.detach()
-    ok = (lu.abs() < limit) & ((math.log(scale) - lu).abs() < limit)
+    info = torch.finfo(log_u.dtype)
+    lo, hi = math.log(info.tiny), math.log(info.max)
+    lu, log_scale = log_u.detach(), math.log(scale)
+    ok = (-lu > lo) & (-lu < hi) & (log_scale - lu > lo) & (log_scale - lu < hi)
     if bool(ok.all()):
         return scale * (torch.exp(-log_u) if u is None else 1 / u)
     direct = scale * torch.exp(-torch.where(ok, log_u, 0.0))
-    return torch.where(ok, direct, torch.exp(math.log(scale) - torch.where(ok, 0.0, log_u)))
+    return torch.where(ok, direct, torch.exp(log_scale - torch.where(ok, 0.0, log_u)))
 
 
 def direct_ok(log_u: torch.Tensor, log_rho: torch.Tensor, scale: float = 1.0) -> torch.Tensor:

@@ -42,9 +42,7 @@ def k3(log_r: torch.Tensor) -> torch.Tensor:
     and expm1(x) >= x; the series' terms past x^2 / 2 are below it). +inf at log r = +-inf (a log-prob of -inf under
     either side of the ratio), where expm1 - log r gave inf - inf at +inf.
     """
-    top = torch.isposinf(log_r)
-    if not bool(top.any()):
-        return _K3.apply(log_r)
+    top = torch.isposinf(log_r)  # no data-dependent branch: torch.func's vmap runs this too
     return torch.where(top, log_r, _K3.apply(torch.where(top, 0.0, log_r)))  # expm1's backward never sees e^inf
 
 
@@ -58,22 +56,32 @@ def _k3_tail(s: torch.Tensor) -> torch.Tensor:
 
 
 class _K3(torch.autograd.Function):
-    """k3(x) = expm1(x) - x (the series below |x| = 0.5) with the derivative expm1(x). Finite x or -inf."""
+    """k3(x) = expm1(x) - x (the series below |x| = 0.5) with the derivative expm1(x), in backward and in forward
+    mode; torch.func transforms (grad, vmap, jvp) apply. Finite x or -inf."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x)
+    def forward(x: torch.Tensor) -> torch.Tensor:
         small = x.abs() < 0.5
-        direct = torch.expm1(x) - x
-        if not bool(small.any()):
-            return direct
         s = torch.where(small, x, 0.0)
-        return torch.where(small, 0.5 * s * s * (1 + _k3_tail(s)), direct)
+        return torch.where(small, 0.5 * s * s * (1 + _k3_tail(s)), torch.expm1(x) - x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         (x,) = ctx.saved_tensors
         return grad * torch.expm1(x)
+
+    @staticmethod
+    def jvp(ctx, x_t: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return x_t * torch.expm1(x)
 
 
 def grpo_kl_term(
@@ -179,31 +187,18 @@ def times_exp(grad: torch.Tensor, sign: torch.Tensor, log_size: torch.Tensor) ->
 
 
 def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
-    """exp(log_w) * k3(log_r), and 0 (value and gradient) where k3 is 0: there the product is 0 whatever w is, while
-    w = inf would give inf * 0 = NaN in the value and in backward. Where w underflows (0 or denormal) while k3
-    overflows (log_r = x past ~88 in float32) the product is taken in log space, exp(log_w + x + log1p(-(1 + x)
-    e^-x)), finite wherever the product is; that branch sees only those units, so neither backward meets inf * 0.
-    Elsewhere exactly exp(log_w) * k3(log_r). Shapes: any, alike."""
+    """exp(log_w) * k3(log_r), and 0 where k3 is 0: there the product is 0 whatever w is, while w = inf would give
+    inf * 0 = NaN. Where the product is not finite while k3 is not 0 (w underflows while k3 overflows, log_r past
+    ~88 in float32; or w overflows while k3 is tiny, |log_r| ~ 1e-7 under log_w = 100: e^100 x 5e-15 = 4.4e28) it
+    is taken in log space, exp(log_w + log k3(log_r)), finite wherever the product is. Elsewhere exactly exp(log_w)
+    * k3(log_r). A value: `_WeightedK3` forms the gradient. Shapes: any, alike."""
     term = k3(log_r)
     zero = term == 0
     direct = torch.exp(torch.where(zero, 0.0, log_w)) * term
-    bad = log_form_units(log_w, log_r, direct)
+    bad = ~torch.isfinite(direct) & ~zero
     if not bool(bad.any()):
         return direct
-    ok_w, ok_r = torch.where(bad | zero, 0.0, log_w), torch.where(bad, 0.0, log_r)
-    direct = torch.exp(ok_w) * k3(ok_r)  # as above on the other units; k3(0) = 0 on the log form's
-    big_r, big_w = torch.where(bad, log_r, 2.0), torch.where(bad, log_w, 0.0)
-    return torch.where(bad, torch.exp(big_w + _log_k3(big_r)), direct)
-
-
-def log_form_units(log_w: torch.Tensor, log_r: torch.Tensor, product: torch.Tensor | None = None) -> torch.Tensor:
-    """Where `_times_w` takes the log form (bool, shape of the inputs): exp(log_w) * k3(log_r) (`product`, when the
-    caller has it) is not finite while log_r > 1 (w, 0 or denormal, times k3 = inf), where the log form is accurate
-    ((1 + x) e^-x <= 2/e; a w that overflows itself stays inf there too). Its backward never forms w * k3'(x) or
-    w e^x."""
-    with torch.no_grad():
-        product = torch.exp(log_w) * k3(log_r) if product is None else product.detach()
-        return ~torch.isfinite(product) & (log_r > 1)
+    return torch.where(bad, torch.exp(log_w + log_k3(torch.where(bad, log_r, 1.0))), direct)
 
 
 def log_abs_expm1(x: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch
 
 from rpgrl.config import RefConfig
 from rpgrl.objectives import masked_mean
-from rpgrl.objectives.kl import k3
+from rpgrl.objectives.kl import anchored_kl_term
 
 
 def anchor_kl(
@@ -39,10 +39,8 @@ def anchor_kl(
 
     Shapes: logp, old_logp, anchor_logp, mask: (B, T).
     """
-    m = mask.bool()
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    logp, old_logp, anchor_logp = (torch.where(m, x.detach(), zero) for x in (logp, old_logp, anchor_logp))
-    return masked_mean(torch.exp(logp - old_logp) * k3(anchor_logp - logp), mask)
+    term = anchored_kl_term(logp.detach(), anchor_logp.detach(), old_logp.detach(), direction="reverse", mask=mask)
+    return masked_mean(term, mask)  # w k3 in log space where w or k3 alone leaves the dtype
 
 
 class Anchor:
