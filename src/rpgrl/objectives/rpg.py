@@ -316,6 +316,8 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         if sep_kl or beta == 0:
             return -adv
         if exact:
+            if divergence == "rkl":  # phi(u)/u = log u never overflows: beta fused in (A_hat's sign decides the branch)
+                return torch.add(-adv, dv.phi_over_u(divergence, lu), alpha=beta)
             return -adv + dv.phi_over_u(divergence, lu, scale=beta)  # beta before 1/u can overflow
         # paper's analogues (rkl, urkl; fkl/ufkl are sep_kl)
         return torch.add(-adv, (lu + 1) if divergence == "rkl" else lu, alpha=beta)
