@@ -46,6 +46,10 @@ def k3(log_r: torch.Tensor) -> torch.Tensor:
     return torch.where(top, log_r, _K3.apply(torch.where(top, 0.0, log_r)))  # expm1's backward never sees e^inf
 
 
+K3_SERIES_MAX = 0.5
+"""|x| below which k3(x) is its series (`_k3_tail`); `divergences` takes its near-u = 1 terms as k3 forms there"""
+
+
 def _k3_tail(s: torch.Tensor) -> torch.Tensor:
     """sum_n 2 s^n / (n + 2)!, n = 1..14 (Horner), so that k3(s) = s^2 / 2 (1 + tail) for |s| <= 0.5: the terms
     past n = 14 are below 1e-18 there."""
@@ -63,7 +67,7 @@ class _K3(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor) -> torch.Tensor:
-        small = x.abs() < 0.5
+        small = x.abs() < K3_SERIES_MAX
         s = torch.where(small, x, 0.0)
         return torch.where(small, 0.5 * s * s * (1 + _k3_tail(s)), torch.expm1(x) - x)
 
