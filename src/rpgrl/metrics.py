@@ -2,7 +2,7 @@
 `rpgrl reproduce` and the README. Producers and readers both use these constants; tests/test_metrics.py runs
 short RL runs and checks that every name read here, and every metric the README mentions, is emitted.
 
-Metrics nobody reads back (most `perf/*`, `kl/penalty`, ...) are written as literals where they are made.
+Metrics nobody reads back (most `perf/*`, ...) are written as literals where they are made.
 Standard library only.
 """
 
@@ -28,6 +28,11 @@ CLIP_LOW, CLIP_HIGH, CLIP_DUAL = "clip/frac_low", "clip/frac_high", "clip/frac_d
 KL_K3_ANCHOR = "kl/k3_anchor"  # rpg_loss: KL(pi_theta || pi_anchor), k3
 KL_PPO = "kl/ppo_kl"  # ppo_loss: KL(pi_old || pi_theta), k1
 KL_GRAD_SHARE = "kl/grad_share"  # rpg_loss: the KL part's share of the gradient weight
+KL_PENALTY = "kl/penalty"  # ppo_loss: the aggregated KL term, loss/kl / beta
+
+# metrics taken with the loss's normaliser (the mini-batch's count, given to every micro-batch): they add up across
+# micro-batches (trainer/log.py's reduce_micro), where the others are local means
+SUMMED = ("loss/", KL_PENALTY)
 
 CLIP_KEYS = (CLIP_LOW, CLIP_HIGH, CLIP_DUAL)
 LOG_W_KEYS = (LOG_W_MAX, LOG_W_MIN, LOG_W_ABS_MEAN)

@@ -29,6 +29,35 @@ def test_reduce_micro_sums_losses_and_weights_means():
     assert to_floats(mean_over_steps(steps)) == {"a": 2.0, "b": 5.0}
 
 
+@pytest.mark.parametrize("kl", ["k1", "k3"])
+def test_reduce_micro_of_micro_batches_is_the_mini_batch(kl):
+    """Micro-batches of a mini-batch, each on the mini-batch's normalizer: reduce_micro of their metrics equals the
+    mini-batch's own metrics, the normaliser-based ones (loss/*, kl/penalty) summed and the token means weighted.
+    kl/penalty, the aggregated KL term, was averaged like a local mean: 1/3 of the truth over 3 equal micro-batches."""
+    from rpgrl.objectives.baselines import ppo_loss
+
+    g = torch.Generator().manual_seed(5)
+    B, T = 9, 6
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    old = logp + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    ref = logp + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (B,), generator=g)[:, None]).double()
+    opts = dict(kl=kl, beta=0.05, ref_logp=ref, eps_low=0.1, eps_high=0.1, clip_c=1.2)
+    full = ppo_loss(logp, old, adv, mask, normalizer=mask.sum(), **opts).metrics
+    parts, weights = [], []
+    for rows in torch.arange(B).split(3):
+        out = ppo_loss(logp[rows], old[rows], adv[rows], mask[rows], normalizer=mask.sum(),
+                       **(opts | {"ref_logp": ref[rows]}))  # fmt: skip
+        parts.append(out.metrics)
+        weights.append(float(mask[rows].sum()))
+    reduced = reduce_micro(parts, weights)
+    assert abs(full["kl/penalty"]) > 0.01 and full["clip/frac_low"] + full["clip/frac_high"] > 0  # nothing vacuous
+    assert reduced.keys() == full.keys()
+    for key, value in full.items():
+        assert torch.allclose(reduced[key].double(), value.double(), rtol=1e-6, atol=1e-9), key
+
+
 def test_extremes_are_reduced_as_extremes():
     """log_w/max is the largest log-ratio of the step, not an average of the micro-batches' or mini-batches'."""
     parts = [

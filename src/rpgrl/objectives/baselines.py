@@ -108,7 +108,7 @@ def ppo_loss(
         if beta != 0:  # beta = 0: the term is inert (0 x an overflowed term would be NaN, in the loss or metric)
             kl_loss = beta * kl_value
             per_token = pg + beta * kl_term
-        metrics["kl/penalty"] = kl_value
+        metrics[M.KL_PENALTY] = kl_value
 
     loss = aggregate(per_token, m, agg, normalizer)
     if not torch.isfinite(loss):

@@ -40,7 +40,8 @@ def print0(*args, **kwargs) -> None:
 def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
     """Combine per-micro-batch metrics into one optimizer step's values.
 
-    `loss/*` metrics are computed with the global normalizer, so they add up across micro-batches (summed).
+    `loss/*` metrics and `kl/penalty` (`metrics.SUMMED`) are computed with the global normalizer, so they add up
+    across micro-batches (summed).
     `*/max` and `*/min` (e.g. `log_w/max`) are extremes: the max (min) over micro-batches. Everything else is a
     local mean (clip fractions, KL estimates): averaged with `weights` (e.g. token counts). A key missing from some
     micro-batches is reduced over those that have it.
@@ -52,7 +53,7 @@ def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float]) -> 
         extreme = _extreme(k)
         if extreme is not None:
             out[k] = extreme(torch.stack([v for v, _ in vals]))
-        elif k.startswith("loss/"):
+        elif k.startswith(M.SUMMED):
             out[k] = torch.stack([v for v, _ in vals]).sum()
         else:
             total = sum(w for _, w in vals)
