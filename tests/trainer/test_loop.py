@@ -11,6 +11,7 @@ import pytest
 import torch
 from tiny_config import tiny
 
+from rpgrl import metrics as M
 from rpgrl.config import apply_overrides
 from rpgrl.presets import PRESETS
 from rpgrl.rewards import Reward
@@ -64,6 +65,25 @@ def test_resume_gives_identical_metrics(tmp_path, optim):
     a = torch.load(tmp_path / "straight/checkpoints/step-000004/state.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "split/checkpoints/step-000004/state.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resume_past_the_end_keeps_the_last_steps_evaluation(tmp_path):
+    """Evaluated every step: a run of 2 steps resumed to 4 has the evaluations and metrics rows of a run of 4. Step
+    2's evaluation is the periodic one, taken before its checkpoint, and the end-of-run evaluation reuses it; it was
+    the end-of-run row alone, which the resume drops, so step 2 had no evaluation (and no Best) after the resume."""
+    cfg4 = tiny(("train.max_steps", "4"), ("eval.every", "1"), ("eval.val_samples", "2"))
+    loop.train(cfg4, tmp_path / "straight")
+    loop.train(apply_overrides(cfg4, [("train.max_steps", "2")]), tmp_path / "split")
+    loop.train(cfg4, tmp_path / "split", resume=True)
+
+    def evals(run):
+        return _strip_perf(json.loads(line) for line in (tmp_path / run / "eval.jsonl").read_text().splitlines())
+
+    assert [e["step"] for e in evals("split")] == [0, 1, 2, 3, 4]  # each evaluation once, no end-of-run duplicate
+    assert evals("split") == evals("straight")
+    straight, split = (read_metrics(tmp_path / run / "metrics.jsonl") for run in ("straight", "split"))
+    assert all(M.EVAL_ACCURACY in r and M.EVAL_SAMPLED in r for r in split)
+    assert _strip_perf(split) == _strip_perf(straight)
 
 
 @pytest.mark.parametrize(
@@ -434,7 +454,7 @@ def test_held_out_sampled_accuracy_leaves_training_unchanged(tmp_path):
     cfg = tiny(("eval.every", "1"), ("eval.val_samples", "3"))
     sampled = loop.train(cfg, tmp_path / "b")
     rows_b = _strip_perf(read_metrics(tmp_path / "b" / "metrics.jsonl"))
-    assert all(r.pop("eval/sampled_accuracy") >= 0 for r in rows_b[:-1])  # periodic evaluations carry it too
+    assert all(r.pop("eval/sampled_accuracy") >= 0 for r in rows_b)  # periodic evaluations (the last step too)
     assert _strip_perf(read_metrics(tmp_path / "a" / "metrics.jsonl")) == rows_b
     assert plain["end_accuracy"] == sampled["end_accuracy"]
     evals = [json.loads(line) for line in (tmp_path / "b" / "eval.jsonl").read_text().splitlines()]

@@ -342,9 +342,11 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
     # --- Anchor refresh (periodic / adaptive), then periodic evaluation
     if run.anchor.after_step(step, model, row.get(M.KL_ANCHOR, 0.0)):
         row["ref/refreshed"] = 1.0
-    if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.max_steps:
+    # (the last step's too, before its checkpoint: a resume that continues past it keeps it, as a run never stopped)
+    if cfg.eval.every and step % cfg.eval.every == 0:
         with _averaged_weights(opt):
-            row.update(run_eval(model, run.tokenizer, run.task, run.benchmarks, cfg, step, run.state, run.out))
+            run.last_eval = run_eval(model, run.tokenizer, run.task, run.benchmarks, cfg, step, run.state, run.out)
+        row.update(run.last_eval)
     return row
 
 
@@ -354,8 +356,10 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
     _stop_if_signalled(stop, step, out, tracker)  # after the last step's checkpoint: a resume runs the final phase
     if hasattr(run.opt, "eval"):
         run.opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from
-    last = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, step, state, out, final=True)
-    tracker.log(last)
+    last = run.last_eval
+    if last is None or last["step"] != step:  # else the periodic evaluation of this step, on the same weights
+        last = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, step, state, out, final=True)
+        tracker.log(last)
     tracker.close()
     end_acc = last[M.EVAL_ACCURACY]
     _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written

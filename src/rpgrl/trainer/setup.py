@@ -362,6 +362,7 @@ class Run:
     saved: bool = False  # a checkpoint was written by this process
     restart: bool = False  # --resume of a run that stopped before its first checkpoint: it starts over
     newest_seen: Path | None = None  # the newest checkpoint when the run directory was checked (before the lock)
+    last_eval: dict | None = None  # the latest periodic evaluation's row (`eval.every`), which `finish` may reuse
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
