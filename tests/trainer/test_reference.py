@@ -65,6 +65,17 @@ def test_adaptive_uses_an_ema_of_the_kl():
     assert not anchor.after_step(3, policy, 0.01) and math.isclose(anchor.ema, 0.01)
 
 
+def test_adaptive_skips_a_step_that_trained_on_nothing():
+    """A step whose groups were all dropped moved neither the policy nor its KL: the average keeps its value (it
+    was fed 0, so three empty steps took 0.045 to 0.0056 and put the next refresh off)."""
+    policy = _policy(0)
+    anchor = Anchor(RefConfig(mode="adaptive", kappa=0.05, ema=0.5), policy)
+    assert not anchor.after_step(1, policy, 0.045)
+    assert not any(anchor.after_step(s, policy, None) for s in (2, 3, 4)) and math.isclose(anchor.ema, 0.045)
+    assert anchor.after_step(5, policy, 0.06) and anchor.refreshes == 1  # 0.5 x 0.045 + 0.5 x 0.06 > 0.05
+    assert not anchor.after_step(6, policy, None) and anchor.ema is None  # restarted, still nothing measured
+
+
 def test_fixed_never_refreshes_and_state_round_trips():
     policy = _policy(0)
     anchor = Anchor(RefConfig(mode="fixed"), policy)

@@ -340,7 +340,7 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
         raise Diverged(f"step {step}: non-finite metrics {', '.join(bad)}: training diverged ({DIVERGED_HINT})")
 
     # --- Anchor refresh (periodic / adaptive), then periodic evaluation
-    if run.anchor.after_step(step, model, row.get(M.KL_ANCHOR, 0.0)):
+    if run.anchor.after_step(step, model, row.get(M.KL_ANCHOR)):
         row["ref/refreshed"] = 1.0
     # (the last step's too, before its checkpoint: a resume that continues past it keeps it, as a run never stopped)
     if cfg.eval.every and step % cfg.eval.every == 0:

@@ -60,12 +60,16 @@ class Anchor:
     def _every_step(self) -> bool:
         return self.cfg.mode == "periodic" and self.cfg.period == 1
 
-    def after_step(self, step: int, policy: torch.nn.Module, kl: float) -> bool:
-        """Called after training step `step` (1-based) with that step's `anchor_kl`. Returns True if refreshed."""
+    def after_step(self, step: int, policy: torch.nn.Module, kl: float | None) -> bool:
+        """Called after training step `step` (1-based) with that step's `anchor_kl`, None when the step trained on
+        nothing (every group dropped: the policy and its KL did not move, and the average skips the step).
+        Returns True if refreshed."""
         if not self.separate or self.cfg.mode == "fixed":
             return False
         if self.cfg.mode == "periodic":
             due = step % self.cfg.period == 0
+        elif kl is None:
+            due = False  # the average is unchanged, and it was at most kappa after the last step
         else:
             self.ema = kl if self.ema is None else (1 - self.cfg.ema) * self.ema + self.cfg.ema * kl
             due = self.ema > self.cfg.kappa
