@@ -286,6 +286,31 @@ def test_file_dataset_with_benchmark_eval(tmp_path):
     assert summary["eval_problems"] == 2  # eval.max_problems caps the held-out set too
 
 
+def test_a_resume_may_add_benchmarks_or_change_their_samples(tmp_path, capsys):
+    """Benchmarks added on a resume are tracked from there (the final evaluation crashed on the saved run's missing
+    tracker, and so did every later --resume); a changed eval.samples tracks the new mean@k (it kept mean@2, which
+    no evaluation reported any more, so Last stayed at the saved run's last evaluation)."""
+    rows = [{"prompt": f"What is {a}+{a}?", "answer": str(2 * a)} for a in range(6)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = tiny(("data.train", str(data)), ("data.val", str(data)), ("data.reward", "math01"),
+                ("data.max_prompt_length", "48"), ("train.max_steps", "1"))  # fmt: skip
+    loop.train(base, tmp_path / "run")
+    bench = [("eval.benchmarks", str(SHARED_DATA / "amc-23.parquet")), ("eval.max_problems", "2"),
+             ("eval.scoring", "strict")]  # fmt: skip
+    summary = loop.train(apply_overrides(base, [*bench, ("eval.samples", "2"), ("train.max_steps", "2")]),
+                         tmp_path / "run", resume=True)  # fmt: skip
+    assert summary["benchmarks"]["amc-23"]["last_step"] == 2
+    assert "count the evaluations from step 1 on" in capsys.readouterr().out
+    summary = loop.train(apply_overrides(base, [*bench, ("eval.samples", "3"), ("train.max_steps", "3")]),
+                         tmp_path / "run", resume=True)  # fmt: skip
+    assert summary["benchmarks"]["amc-23"]["last_step"] == 3
+    last = json.loads((tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 3 and "eval/amc-23/best_mean@3" in last and "eval/amc-23/best_mean@2" not in last
+    summary = loop.train(apply_overrides(base, [("train.max_steps", "4")]), tmp_path / "run", resume=True)
+    assert summary["benchmarks"] is None  # none evaluated any more: no stale Last/Best
+
+
 @pytest.mark.parametrize("optim, style", [("adamw", "differentiable"), ("schedulefree", "reinforce")])
 def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, style):
     """One epoch of one mini-batch: the old log-probs are the update's own forward, detached (one policy forward

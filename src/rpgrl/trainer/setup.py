@@ -453,4 +453,26 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     set_rng_state(saved["rng"], run.generator)
     run.start_step = saved["step"]
     run.state = RunState(**saved["trainer"])
+    run.state.tracker = _resumed_tracker(cfg, run.state.tracker, benchmarks, run.start_step)
     return run
+
+
+def _resumed_tracker(cfg: Config, saved, benchmarks: list, step: int):
+    """The benchmarks' Last/Best to continue on a resume: the saved tracker while it tracks this config's metric, a
+    new one (announced) where the saved run had no benchmarks or `eval.samples` changed the metric, None without
+    benchmarks. Benchmarks no longer evaluated leave it. (The saved tracker was taken as it was: benchmarks added on
+    a resume crashed the final evaluation, and a changed `eval.samples` was never counted.)"""
+    fresh = _tracker(cfg)
+    if fresh is None:
+        return None
+    if saved is None or saved.metric != fresh.metric:
+        from rpgrl.trainer.log import print0
+
+        print0(f"--resume: the benchmarks' Last and Best ({fresh.metric}) count the evaluations from step {step} on "
+               f"(the saved run tracked {'none' if saved is None else saved.metric})")  # fmt: skip
+        return fresh
+    names = {b.name for b in benchmarks}
+    for record in (saved.last, saved.best):
+        for name in set(record) - names:
+            del record[name]
+    return saved
