@@ -286,6 +286,20 @@ def test_file_dataset_with_benchmark_eval(tmp_path):
     assert summary["eval_problems"] == 2  # eval.max_problems caps the held-out set too
 
 
+@pytest.mark.parametrize("optim", ["adamw", "schedulefree"])
+def test_a_resume_applies_the_optimizers_settings(tmp_path, optim):
+    """optim.betas / eps / weight_decay given on a resume are the ones the optimizer steps with, as config.json
+    records them (loading the optimizer's state brought back the saved run's, and only the learning rate was set
+    again)."""
+    cfg = tiny(("train.max_steps", "1"), ("optim.name", optim))
+    loop.train(cfg, tmp_path / "run")
+    new = [("optim.betas", "0.5,0.6"), ("optim.eps", "0.001"), ("optim.weight_decay", "0.25"), ("train.max_steps", "2")]
+    loop.train(apply_overrides(cfg, new), tmp_path / "run", resume=True)
+    groups = torch.load(tmp_path / "run/checkpoints/step-000002/state.pt", weights_only=False)["optimizer"]
+    assert all((tuple(g["betas"]), g["eps"], g["weight_decay"]) == ((0.5, 0.6), 0.001, 0.25)
+               for g in groups["param_groups"])  # fmt: skip
+
+
 def test_a_resume_may_add_benchmarks_or_change_their_samples(tmp_path, capsys):
     """Benchmarks added on a resume are tracked from there (the final evaluation crashed on the saved run's missing
     tracker, and so did every later --resume); a changed eval.samples tracks the new mean@k (it kept mean@2, which

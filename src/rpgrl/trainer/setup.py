@@ -445,6 +445,8 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     try:
         model.load_state_dict(saved["model"])
         run.opt.load_state_dict(saved["optimizer"])
+        for group in run.opt.param_groups:  # the config's, as config.json records them (the state's were kept)
+            group.update(betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
         run.anchor = Anchor(cfg.ref, model)
         run.anchor.load_state_dict(saved["anchor"])
     except (RuntimeError, ValueError, KeyError) as e:
