@@ -120,6 +120,8 @@ def test_derived_values_are_properties():
         ([("data.train", "none")], "data.train is not set"),
         ([("loss.clip", "hard")], "loss.clip must be dual, truncate or none"),
         ([("model.num_heads", "3")], "model.hidden_size must be divisible by model.num_heads"),
+        # head size 3: RoPE rotates pairs (passed every check, then a traceback in the first forward)
+        ([("model.hidden_size", "12"), ("model.num_heads", "4")], "model.hidden_size / model.num_heads must be even"),
         ([("optim.eps", "-1e-8")], "optim.eps must be >= 1.175e-38"),  # torch's AdamW refuses it mid-setup
         ([("optim.eps", "0")], "optim.eps must be >= 1.175e-38 (float32's smallest normal"),  # 0 / 0 -> NaN weights
         ([("optim.eps", "1e-46")], "optim.eps must be >= 1.175e-38"),  # 0 in float32

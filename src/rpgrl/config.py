@@ -548,6 +548,9 @@ def _check_counts(cfg: Config) -> None:
                   f"{split} problems), got {n}")  # fmt: skip
     _need(m.hidden_size % m.num_heads == 0, "model.hidden_size", "must be divisible by model.num_heads")
     _need(m.num_heads % m.num_kv_heads == 0, "model.num_heads", "must be divisible by model.num_kv_heads")
+    head = m.hidden_size // m.num_heads
+    _need(m.path != "tiny" or head % 2 == 0, "model.hidden_size", f"/ model.num_heads must be even (RoPE rotates "
+          f"pairs of dimensions), got {m.hidden_size} / {m.num_heads} = {head}")  # fmt: skip
     _need(t.checkpoint_minutes >= 0, "train.checkpoint_minutes", f"must be >= 0 (0 = off), got {t.checkpoint_minutes}")
 
 

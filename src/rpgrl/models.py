@@ -124,10 +124,10 @@ def build_tiny_model(
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    if hidden % heads or heads % kv_heads:
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
         raise ValueError(
-            f"build_tiny_model: need hidden % heads == 0 and heads % kv_heads == 0, got {hidden=}, "
-            f"{heads=}, {kv_heads=}"
+            f"build_tiny_model: need hidden % heads == 0, heads % kv_heads == 0 and an even head size (RoPE), got "
+            f"{hidden=}, {heads=}, {kv_heads=}"
         )
     common = dict(
         vocab_size=len(tokenizer),
