@@ -9,6 +9,7 @@ from rpgrl.trainer.log import (
     clip_fraction,
     mean_over_steps,
     plot_metrics,
+    print0,
     read_metrics,
     reduce_micro,
     to_floats,
@@ -93,3 +94,16 @@ def test_plot_writes_png(tmp_path):
     out = plot_metrics(rows, tmp_path / "curves.png")
     assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_metrics([], tmp_path / "none.png") is None
+
+
+def test_print0_escapes_what_the_stream_cannot_encode():
+    """A run directory whose name holds a non-UTF-8 byte (a lone surrogate in Python) is printed escaped on a
+    strict UTF-8 stdout, where printing "resolved config: ..." raised UnicodeEncodeError after config.json was
+    written (a plain rerun was then refused as a run to --resume)."""
+    import io
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+    print0("resolved config:", "t1\udcff/config.json", "é", file=stream)
+    stream.flush()
+    assert raw.getvalue().decode("utf-8") == "resolved config: t1\\udcff/config.json é\n"

@@ -24,13 +24,21 @@ from rpgrl.trainer.checkpoint import write_text_atomic
 
 
 def print0(*args, **kwargs) -> None:
-    """Print on the main process (the only process here). Goes through tqdm so it does not break the bar."""
+    """Print on the main process (the only process here). Goes through tqdm so it does not break the bar. What the
+    stream's encoding cannot take (a path holding a non-UTF-8 byte, read as a lone surrogate) is escaped."""
+    file = kwargs.get("file", sys.stdout)
+    text = " ".join(str(a) for a in args)
+    encoding = getattr(file, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
     try:
         from tqdm.auto import tqdm
 
-        tqdm.write(" ".join(str(a) for a in args), file=kwargs.get("file", sys.stdout))
+        tqdm.write(text, file=file)
     except ImportError:  # pragma: no cover
-        print(*args, **kwargs)
+        print(text, file=file)
 
 
 # ---------------------------------------------------------------------------------------------------------------
