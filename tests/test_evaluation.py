@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import random
+import signal
 import time
 from fractions import Fraction
 
@@ -234,6 +236,31 @@ def test_encode_messages_uses_the_chat_template_when_present():
     tok.chat_template = "{% if %}"
     with pytest.raises(UsageError, match="chat template fails on the prompt"):
         encode_messages(tok, messages)
+
+
+@needs_data
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_rpgrl_eval_in_one_line(tiny_model_dir, tmp_path, capsys, monkeypatch, signum):
+    """SIGINT printed a 30-line KeyboardInterrupt traceback; SIGTERM stopped with no word and left --out holding
+    only its lock. Both: one line, exit 128 + the signal, the --out folder taken back."""
+    import rpgrl.evaluation as ev
+    from rpgrl.cli import main
+
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the signal's handler raises before this returns
+        raise AssertionError("the signal did not stop the evaluation")
+
+    monkeypatch.setattr(ev, "run_benchmarks", stopped)
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--k", "2",
+            "--limit-problems", "1", "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 128 + signum
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"stopped by {signal.Signals(signum).name}" in err, err
+    assert not out.exists()
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back
 
 
 @needs_data
