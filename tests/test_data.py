@@ -201,6 +201,28 @@ def test_non_utf8_and_unreadable_files(tmp_path, monkeypatch):
     one_line_error(load_examples, good, match="cannot read data file .*good.jsonl: Permission denied")
 
 
+def test_float32_and_float16_answers_are_the_numbers_they_hold(tmp_path):
+    """pyarrow widens a float32 0.1 to 0.10000000149011612, which `Answer: 0.1` did not match in strict mode: each
+    float32 / float16 value is read as the shortest decimal that is the same number in its width, in a column, a
+    struct (the evaluation files' reward_model.ground_truth) or a list."""
+    from rpgrl.rewards.math import math_score
+
+    prompts = pa.array(["q0", "q1", "q2"])
+    f32 = pa.array([0.1, 2.7, 1e-7], type=pa.float32())
+    pq.write_table(pa.table({"prompt": prompts, "answer": f32}), tmp_path / "f32.parquet")
+    got = [e.answer for e in load_examples(tmp_path / "f32.parquet")]
+    assert got == ["0.1", "2.7", "0.0000001"]
+    assert math_score("Answer: 0.1", got[0], "strict") and math_score("Answer: 2.7", got[1], "strict")
+    f16 = pa.array([0.1, 2.7, 1000.0], type=pa.float16())
+    pq.write_table(pa.table({"prompt": prompts, "answer": f16}), tmp_path / "f16.parquet")
+    assert [e.answer for e in load_examples(tmp_path / "f16.parquet")] == ["0.1", "2.7", "1000"]
+    nested = pa.array([{"ground_truth": v, "more": [v]} for v in (0.3, 1.1, 5.0)],
+                      type=pa.struct([("ground_truth", pa.float32()), ("more", pa.list_(pa.float32()))]))  # fmt: skip
+    table = pa.table({"prompt": prompts, "reward_model": nested, "wide": pa.array([0.1, 0.2, 0.3])})
+    pq.write_table(table, tmp_path / "nested.parquet")
+    assert [e.answer for e in load_examples(tmp_path / "nested.parquet")] == ["0.3", "1.1", "5"]
+
+
 def test_float_answers_are_written_as_the_number(tmp_path):
     """A float answer (JSON 540.0, or a parquet integer column with a null, read as floats) is the number as a
     ground truth writes it: no ".0", no exponent; so `Answer: 540` is correct in both modes."""

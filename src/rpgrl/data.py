@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -112,9 +113,13 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
         except ModuleNotFoundError:
             raise UsageError("reading parquet needs pyarrow: pip install 'rpgrl[math]'") from None
         try:
-            rows = pq.read_table(p).to_pylist()
+            table = pq.read_table(p)
+            rows = table.to_pylist()
         except Exception as e:  # pyarrow raises several types for a corrupt / non-parquet file
             raise UsageError(f"{p}: not a readable parquet file ({first_line(e)})") from None
+        narrow = {f.name: f.type for f in table.schema if _has_narrow_floats(f.type)}
+        if narrow:
+            rows = [{k: _narrow_floats(v, narrow[k]) if k in narrow else v for k, v in r.items()} for r in rows]
         return rows, "row"
     if suffix in (".jsonl", ".json", ".ndjson"):
         try:
@@ -192,6 +197,38 @@ def _parse_prompt(value: Any, where: str, key: str) -> str | Messages:
             raise UsageError(f"{where}: {key!r} has only empty messages")
         return messages
     raise UsageError(f"{where}: {key!r} must be a non-empty string or a non-empty list of chat messages")
+
+
+_NARROW = {"float": "f", "halffloat": "e"}  # arrow float32 / float16 -> struct's format for that width
+
+
+def _has_narrow_floats(typ) -> bool:
+    """Whether an arrow type holds float32 / float16 values anywhere (in lists and structs too)."""
+    if str(typ) in _NARROW:
+        return True
+    fields = [typ.field(i).type for i in range(typ.num_fields)] if typ.num_fields else []
+    return any(_has_narrow_floats(t) for t in fields)
+
+
+def _narrow_floats(value: Any, typ) -> Any:
+    """`value` as pyarrow gives it, with each float32 / float16 number replaced by the shortest decimal that is the
+    same number in its own width: pyarrow widens 0.1f to 0.10000000149011612, which no answer "0.1" matches."""
+    if value is None:
+        return None
+    if str(typ) in _NARROW:
+        fmt = _NARROW[str(typ)]
+        bits = struct.pack(fmt, value)
+        for digits in range(1, 18):
+            short = float(f"{value:.{digits}g}")
+            if struct.pack(fmt, short) == bits:
+                return short
+        return value
+    if isinstance(value, dict):
+        types = {typ.field(i).name: typ.field(i).type for i in range(typ.num_fields)}
+        return {k: _narrow_floats(v, types[k]) if k in types else v for k, v in value.items()}
+    if isinstance(value, list) and typ.num_fields == 1:  # list types: one child field
+        return [_narrow_floats(v, typ.field(0).type) for v in value]
+    return value
 
 
 def _number_text(value: float) -> str:
