@@ -58,6 +58,12 @@ def _jsonl(path, rows):
         (["--rollout.max_new_tokens", str(10**12)], "rows of 1000000000011 positions needs a"),
         (["--rollout.group_size", str(10**9)], "generating 1000000000 rows of"),
         (["--eval.val_samples", str(10**9)], "or eval.val_samples"),  # was found after the warm start
+        # a step's rollouts larger than the machine (a MemoryError, or the machine out of memory, mid-run)
+        (
+            ["--rollout.prompts_per_step", str(10**11), "--train.mini_batch_prompts", "none"],
+            "one step's 800000000000 rollouts of",
+        ),  # fmt: skip
+        (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "lower rollout.prompts_per_step"),
         # numbers no float32 tensor holds, and more problems than the synthetic task has
         (["--optim.lr", "1e39"], "optim.lr must be at most 3.403e+38 in size (float32's largest), got 1e+39"),
         (["--rollout.overlong_factor", "-4e38"], "rollout.overlong_factor must be at most 3.403e+38 in size"),

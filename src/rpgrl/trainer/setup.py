@@ -365,16 +365,30 @@ class Run:
     last_eval: dict | None = None  # the latest periodic evaluation's row (`eval.every`), which `finish` may reuse
 
 
+# Bytes each position of a step's rollouts holds until its update, at the least: token ids and attention mask (int64),
+# the response mask, the sampler's log-prob and entropy (float32).
+ROLLOUT_BYTES = 28
+
+
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
     """The largest generation chunk the run will sample (training groups; held-out and benchmark evaluation, at
-    most rollout.gen_batch_size rows unless one group is larger) must fit the device's memory: refused here, before
-    the run directory is written, not out of memory mid-run."""
-    from rpgrl.rollout import check_kv_cache
+    most rollout.gen_batch_size rows unless one group is larger) and one step's rollouts, held until its update,
+    must fit the device's memory: refused here, before the run directory is written, not out of memory mid-run
+    (1e11 prompts per step filled a Python list of prompt indices until the machine ran out)."""
+    from rpgrl.rollout import check_kv_cache, device_memory
 
     r, e = cfg.rollout, cfg.eval
+    length = longest_prompt + r.max_new_tokens
     rows = max(r.gen_batch_size, r.group_size, e.samples if e.benchmarks else 1, e.val_samples)  # k samples: k rows
-    check_kv_cache(model, rows, longest_prompt + r.max_new_tokens, "lower rollout.max_new_tokens, "
-                   "rollout.group_size, rollout.gen_batch_size or eval.val_samples")  # fmt: skip
+    check_kv_cache(model, rows, length, "lower rollout.max_new_tokens, rollout.group_size, rollout.gen_batch_size "
+                   "or eval.val_samples")  # fmt: skip
+    step_rows = r.group_size * max(r.prompts_per_step, r.gen_prompts or 0)
+    device = next(model.parameters()).device
+    need, have = step_rows * length * ROLLOUT_BYTES, device_memory(device)
+    if need > have:
+        raise UsageError(f"one step's {step_rows} rollouts of {length} positions need at least {need / 2**30:.3g} "
+                         f"GiB, more than the {have / 2**30:.3g} GiB of this {device.type}: lower "
+                         "rollout.prompts_per_step, rollout.gen_prompts or rollout.group_size")  # fmt: skip
 
 
 def _misfit(cfg: Config, out: Path, error: Exception) -> str:
