@@ -142,6 +142,18 @@ def test_derived_values_are_properties():
         ([("data.answer_key", "solution")], "data.answer_key applies to file datasets only"),
         ([("data.train", "t.jsonl"), ("data.num_train", "5")], "data.num_train applies to the synthetic task only"),
         ([("data.train", "t.jsonl"), ("data.num_val", "5")], "data.num_val applies to the synthetic task only"),
+        # (a review's probe: accepted, recorded in config.json and ignored)
+        ([("loss.name", "grpo"), ("loss.divergence", "fkl")], "loss.divergence applies to loss.name rpg only"),
+        ([("loss.name", "ppo"), ("loss.style", "differentiable")], "loss.style applies to loss.name rpg only"),
+        ([("loss.name", "dapo"), ("loss.level", "sequence")], "loss.level applies to loss.name rpg only"),
+        ([("loss.name", "grpo"), ("loss.clip_branch", "raw")], "loss.clip_branch applies to loss.name rpg only"),
+        ([("loss.name", "grpo"), ("loss.clip", "truncate")], "loss.name grpo takes loss.clip dual or none"),
+        ([("loss.analogue", "paper")], "loss.analogue applies to loss.style differentiable"),
+        ([("loss.kl_in_clip", "false")], "loss.kl_in_clip applies to loss.style differentiable"),
+        ([("eval.samples", "4")], "eval.samples applies to eval.benchmarks only (no benchmark is set)"),
+        ([("eval.scoring", "strict")], "eval.scoring applies to eval.benchmarks only"),
+        ([("rollout.overlong_factor", "0.5")], "rollout.overlong_factor applies to an overlong penalty"),
+        ([("rollout.max_gen_batches", "3")], "rollout.max_gen_batches applies to rollout.group_filter fill only"),
         # an empty path is the current directory to pathlib ("`.` is not a file"): refused by name
         ([("data.train", "")], "data.train is empty"),
         ([("data.train", "t.jsonl"), ("data.val", "")], "data.val is empty"),

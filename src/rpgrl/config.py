@@ -601,6 +601,23 @@ def _check_optim_and_rest(cfg: Config) -> None:
           f"must divide rollout.prompts_per_step ({r.prompts_per_step}), got {mb}")  # fmt: skip
 
 
+def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
+    """loss.* options set (not their defaults) where the loss does not read them: rpg's own with a PPO-family loss,
+    the differentiable dual clip's with the REINFORCE style (its loss is the same whatever they are)."""
+    if lo.name != "rpg":
+        own = [k for k in ("divergence", "style", "level", "clip_branch", "analogue", "kl_in_clip")
+               if getattr(lo, k) != getattr(LossConfig, k)]  # fmt: skip
+        out = [(f"loss.{k}", getattr(lo, k), "loss.name rpg", f"loss.name is {lo.name}") for k in own]
+        if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
+            out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
+        return out
+    if lo.style == "reinforce":
+        return [(f"loss.{k}", getattr(lo, k), "loss.style differentiable (its dual clip's advantage analogue)",
+                 "loss.style is reinforce") for k in ("analogue", "kl_in_clip")
+                if getattr(lo, k) != getattr(LossConfig, k)]  # fmt: skip
+    return []
+
+
 def _check_unused(cfg: Config) -> None:
     """Raise UsageError for an option set where the run would ignore it (a user who sets it expects an effect)."""
     lo, r, e = cfg.loss, cfg.rollout, cfg.eval
@@ -627,6 +644,16 @@ def _check_unused(cfg: Config) -> None:
         }
         unused += [(f"data.{k}", getattr(data, k), "the synthetic task", why[k])
                    for k in ("num_train", "num_val") if getattr(data, k) != getattr(DataConfig, k)]  # fmt: skip
+    unused += _unused_loss_options(lo)
+    if not e.benchmarks:
+        unused += [(f"eval.{k}", getattr(e, k), "eval.benchmarks", "no benchmark is set")
+                   for k in ("samples", "scoring") if getattr(e, k) != getattr(EvalConfig, k)]  # fmt: skip
+    if r.overlong_buffer == 0 and r.overlong_factor != RolloutConfig.overlong_factor:
+        unused.append(("rollout.overlong_factor", r.overlong_factor, "an overlong penalty (rollout.overlong_buffer "
+                       "> 0)", "rollout.overlong_buffer is 0"))  # fmt: skip
+    if r.group_filter != "fill" and r.max_gen_batches != RolloutConfig.max_gen_batches:
+        unused.append(("rollout.max_gen_batches", r.max_gen_batches, "rollout.group_filter fill",
+                       f"rollout.group_filter is {r.group_filter}"))  # fmt: skip
     if unused:
         key, value, applies, why = unused[0]
         raise UsageError(f"{key} applies to {applies} only ({why}): drop {key} (got {value!r})")
