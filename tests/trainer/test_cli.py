@@ -4,6 +4,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 from tiny_config import TINY
 
 from rpgrl.cli import main as rpgrl_main
@@ -466,7 +467,12 @@ def test_dynamic_sampling_that_gives_up_saves_the_run_and_says_how_to_go_on(caps
                          "--rollout.max_gen_batches", "2", "--max-steps", "2", "--out", str(out)])  # fmt: skip
     assert "only 0 of 4 prompt groups had mixed outcomes after 2 generation batches" in err
     assert "the run is saved at step 0: continue with --resume" in err
-    assert (out / "checkpoints" / "step-000000").is_dir()
+    saved = torch.load(out / "checkpoints" / "step-000000" / "state.pt", weights_only=False)
+    # the data and random streams where step 1 began (they had moved on through the batches it gave up on, so a
+    # resume with a larger max_gen_batches drew other prompts than a run given it from the start)
+    assert saved["data"] == {"epoch": 0, "pos": 0}
+    fresh = torch.Generator().manual_seed(0).get_state()
+    assert torch.equal(saved["rng"]["generator"], fresh)
 
 
 def test_benchmarks_the_tokenizer_cannot_spell_are_refused_before_the_run_directory(capsys, tmp_path):

@@ -47,6 +47,7 @@ from rpgrl.trainer.checkpoint import (
     remove_leftovers,
     rng_state,
     save_checkpoint,
+    set_rng_state,
     write_bytes_atomic,
     write_text_atomic,
 )
@@ -264,9 +265,12 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
     rl_begin = last_save = time.perf_counter()
     step, stopped = run.start_step, None
     for step in range(run.start_step + 1, cfg.train.max_steps + 1):
+        drawn = run.stream.state_dict(), rng_state(run.generator)  # where this step's draws start
         try:
             row = training_step(run, step)
-        except FillExhausted as e:  # nothing of this step was applied: keep the run up to the previous one
+        except FillExhausted as e:  # nothing of this step was applied: keep the run up to the previous one, with
+            run.stream.load_state_dict(drawn[0])  # the data and random streams before the batches it gave up on
+            set_rng_state(drawn[1], run.generator)  # (a resume then continues as a run never stopped would)
             _save(run, step - 1)
             progress.close()
             metrics_file.close()
