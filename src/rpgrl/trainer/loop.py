@@ -452,7 +452,8 @@ def update_policy(model, opt, params, batch, rewards, anchor, adv_fn, loss_fn, l
 
 def _dropped_scale(cfg: Config, batch, sampled: dict) -> float:
     """'drop' keeps the normalizer of the full batch: dropped groups count as the zero-advantage responses they are,
-    so the update equals the unfiltered one (only cheaper). Renormalising over the kept groups instead gives a step
+    so with one mini-batch and no KL term the update equals the unfiltered one (only cheaper); with mini-batches,
+    each one's count is scaled by the same sampled / kept ratio. Renormalising over the kept groups instead gives a step
     with one informative group the size of a step with thirty, under Adam a full-size step of noise; on the default
     task that degraded the warm-started model. Returns (sampled count) / (kept count), 1 without 'drop'."""
     if cfg.rollout.group_filter != "drop":
