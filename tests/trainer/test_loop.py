@@ -84,6 +84,11 @@ def test_a_resume_past_the_end_keeps_the_last_steps_evaluation(tmp_path):
     straight, split = (read_metrics(tmp_path / run / "metrics.jsonl") for run in ("straight", "split"))
     assert all(M.EVAL_ACCURACY in r and M.EVAL_SAMPLED in r for r in split)
     assert _strip_perf(split) == _strip_perf(straight)
+    # a resume with nothing left to train (as after a kill between the last checkpoint and the end-of-run phase)
+    # reuses the last step's evaluation: the step is not evaluated and written a second time
+    summary = loop.train(cfg4, tmp_path / "split", resume=True)
+    assert evals("split") == evals("straight")
+    assert summary["end_accuracy"] == evals("straight")[-1][M.EVAL_ACCURACY]
 
 
 @pytest.mark.parametrize(

@@ -223,6 +223,9 @@ def prepare_run_dir(run: Run):
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
     truncate_metrics(out / "metrics.jsonl", run.start_step)
     truncate_metrics(out / "eval.jsonl", run.start_step, keep=lambda r: not r.get("final"))
+    if resumed and 0 < run.start_step == cfg.train.max_steps:  # only the end-of-run phase is left: it reuses the
+        kept = [r for r in read_metrics(out / "eval.jsonl") if r["step"] == run.start_step]  # step's periodic row
+        run.last_eval = {k: math.nan if v is None else v for k, v in kept[-1].items()} if kept else None
     _print_config(cfg, out)
     if resumed:
         fallback = f"; newer checkpoints do not load, skipped: {', '.join(run.skipped)}" if run.skipped else ""
