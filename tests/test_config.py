@@ -154,6 +154,12 @@ def test_derived_values_are_properties():
         ([("eval.scoring", "strict")], "eval.scoring applies to eval.benchmarks only"),
         ([("rollout.overlong_factor", "0.5")], "rollout.overlong_factor applies to an overlong penalty"),
         ([("rollout.max_gen_batches", "3")], "rollout.max_gen_batches applies to rollout.group_filter fill only"),
+        ([("model.path", "m"), ("model.hidden_size", "256")], "model.hidden_size applies to model.path tiny only"),
+        ([("model.path", "m"), ("model.tie_embeddings", "true")], "model.tie_embeddings applies to model.path tiny"),
+        ([("sft.max_steps", "0"), ("sft.lr", "1e-3")], "sft.lr applies to a warm start (sft.max_steps > 0) only"),
+        ([("sft.max_steps", "0"), ("sft.target_accuracy", "0.5")], "sft.target_accuracy applies to a warm start"),
+        ([("train.mini_batch_prompts", "none"), ("train.old_logp", "forward")], "train.old_logp applies to off-policy"),
+        ([("train.mini_batch_prompts", "32"), ("train.old_logp", "sampler")], "train.old_logp applies to off-policy"),
         # an empty path is the current directory to pathlib ("`.` is not a file"): refused by name
         ([("data.train", "")], "data.train is empty"),
         ([("data.train", "t.jsonl"), ("data.val", "")], "data.val is empty"),

@@ -618,6 +618,35 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
     return []
 
 
+TINY_SIZES = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "tie_embeddings")
+SFT_OPTIONS = ("batch_size", "lr", "eval_every", "target_accuracy")
+
+
+def _unused_model_and_schedule(cfg: Config) -> list[tuple[str, Any, str, str]]:
+    """The tiny model's sizes set with a model folder (its config.json has the sizes), sft.* set with no warm start,
+    and train.old_logp set for an update that is on-policy by construction (one epoch of one mini-batch: pi_old's
+    log-probs are the update's own forward, detached)."""
+    m, s, t = cfg.model, cfg.sft, cfg.train
+    out = []
+    if m.path != "tiny":
+        out += [(f"model.{k}", getattr(m, k), "model.path tiny", "a model folder's config.json sets its sizes")
+                for k in TINY_SIZES if getattr(m, k) != getattr(ModelConfig, k)]  # fmt: skip
+    if s.max_steps == 0:
+        out += [(f"sft.{k}", getattr(s, k), "a warm start (sft.max_steps > 0)", "sft.max_steps is 0")
+                for k in SFT_OPTIONS if getattr(s, k) != getattr(SFTConfig, k)]  # fmt: skip
+    one_minibatch = t.mini_batch_prompts is None or t.mini_batch_prompts >= cfg.rollout.prompts_per_step
+    if t.epochs == 1 and one_minibatch and t.old_logp != TrainConfig.old_logp:
+        out.append(
+            (
+                "train.old_logp",
+                t.old_logp,
+                "off-policy updates (train.epochs > 1 or train.mini_batch_prompts < rollout.prompts_per_step)",
+                "the update is on-policy: pi_old is its own forward, detached",
+            )
+        )
+    return out
+
+
 def _check_unused(cfg: Config) -> None:
     """Raise UsageError for an option set where the run would ignore it (a user who sets it expects an effect)."""
     lo, r, e = cfg.loss, cfg.rollout, cfg.eval
@@ -644,7 +673,7 @@ def _check_unused(cfg: Config) -> None:
         }
         unused += [(f"data.{k}", getattr(data, k), "the synthetic task", why[k])
                    for k in ("num_train", "num_val") if getattr(data, k) != getattr(DataConfig, k)]  # fmt: skip
-    unused += _unused_loss_options(lo)
+    unused += _unused_loss_options(lo) + _unused_model_and_schedule(cfg)
     if not e.benchmarks:
         unused += [(f"eval.{k}", getattr(e, k), "eval.benchmarks", "no benchmark is set")
                    for k in ("samples", "scoring") if getattr(e, k) != getattr(EvalConfig, k)]  # fmt: skip

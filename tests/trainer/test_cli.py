@@ -8,11 +8,15 @@ import torch
 from tiny_config import TINY
 
 from rpgrl.cli import main as rpgrl_main
+from rpgrl.config import ModelConfig
 from rpgrl.errors import UsageError
 from rpgrl.trainer.cli import parse_args
 from rpgrl.trainer.log import read_metrics
 
 TINY_ARGS = [f"--{k}={v}" for k, v in TINY if k != "train.max_steps"]
+# with --model.path: the folder's config.json has the sizes (the tiny model's own are refused there)
+FOLDER_ARGS = [a for a in TINY_ARGS if not a.startswith("--model.")]
+SIZE_DEFAULTS = [f"{k}={getattr(ModelConfig, k.split('.')[1])}" for k, _ in TINY if k.startswith("model.")]
 
 
 def _snapshot(d):
@@ -104,7 +108,9 @@ def test_bad_data_files(capsys, tmp_path):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--model.path", "/nonexistent/model"], "model folder not found"),
+        # the saved run is the tiny model: its sizes back to their defaults, which a model folder leaves alone
+        (["--model.path", "/nonexistent/model", *(f"--{k}" for k in SIZE_DEFAULTS)], "model folder not found"),
+        (["--model.path", "/nonexistent/model"], "model.hidden_size applies to model.path tiny only"),
         (["--loss.bta", "1"], "unknown config key"),
         # the saved run is synthetic with tiny sizes: back to their defaults, which a file dataset leaves alone
         (["--data.train", "/nonexistent.jsonl", "--data.num_train=20000", "--data.num_val=300"], "data file not found"),
@@ -251,7 +257,7 @@ def test_broken_model_folder_is_one_line(capsys, finished_run, tmp_path, damaged
     model = tmp_path / "model"
     shutil.copytree(finished_run / "model", model)
     (model / damaged).write_bytes((model / damaged).read_bytes()[:100])  # truncated
-    err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *TINY_ARGS])
+    err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *FOLDER_ARGS])
     assert f"cannot load the {'tokenizer of' if damaged.startswith('tok') else 'model in'} {model}" in err
     assert not (tmp_path / "run").exists()
 
@@ -301,7 +307,7 @@ def test_a_model_config_with_a_field_of_the_wrong_type_is_one_line(capsys, finis
     cfg = json.loads((model / "config.json").read_text())
     cfg[field] = value
     (model / "config.json").write_text(json.dumps(cfg))
-    err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *TINY_ARGS])
+    err = _fail(capsys, ["--model.path", str(model), "--out", str(tmp_path / "run"), *FOLDER_ARGS])
     assert f"cannot load the model in {model}" in err
     assert not (tmp_path / "run").exists()
 

@@ -342,8 +342,9 @@ def test_on_policy_update_reuses_its_own_forward(tmp_path, monkeypatch, optim, s
     micro = -(-cfg.rollout.prompts_per_step * cfg.rollout.group_size // cfg.train.micro_batch_size)  # ceil
     assert calls == {True: 2 * micro, False: 1}  # the no-grad pass: the final checkpoint's finite-policy probe
 
-    monkeypatch.setattr(loop, "on_policy", lambda cfg, n: False)  # the general path: a separate old-logp pass
-    loop.train(apply_overrides(cfg, [("train.old_logp", "forward")]), tmp_path / "recompute")
+    # the general path, a separate old-logp pass (train.old_logp itself is refused where the update is on-policy)
+    monkeypatch.setattr(loop, "old_logp_source", lambda cfg, n, batch: "forward")
+    loop.train(cfg, tmp_path / "recompute")
     assert calls == {True: 4 * micro, False: 2 * micro + 2}
 
     reuse = _strip_perf(read_metrics(tmp_path / "reuse" / "metrics.jsonl"))

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rpgrl import metrics as M
-from rpgrl.config import Config, config_from_dict, config_to_dict
+from rpgrl.config import TINY_SIZES, Config, ModelConfig, SFTConfig, config_from_dict, config_to_dict
 from rpgrl.errors import UsageError, first_line
 
 SUITE_VERSION = 1
@@ -386,7 +386,10 @@ def _run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val
     out = Path(path)
     _fresh(out)
     cfg = config_from_dict(cfg_dict)
-    cfg = replace(cfg, model=replace(cfg.model, path=warm_model), train=replace(cfg.train, seed=seed))
+    # the warm start's folder has the model (its sizes and sft.*, which the key holds through warm_key): the tiny
+    # model's size fields and sft.*, refused beside a folder and without a warm start, go back to their defaults
+    model = replace(cfg.model, path=warm_model, **{k: getattr(ModelConfig, k) for k in TINY_SIZES})
+    cfg = replace(cfg, model=model, sft=SFTConfig(max_steps=0), train=replace(cfg.train, seed=seed))
     t = time.perf_counter()
     error = None
     with _logged(out / "log.txt"):
