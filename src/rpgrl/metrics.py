@@ -38,6 +38,19 @@ CLIP_KEYS = (CLIP_LOW, CLIP_HIGH, CLIP_DUAL)
 LOG_W_KEYS = (LOG_W_MAX, LOG_W_MIN, LOG_W_ABS_MEAN)
 
 
+def per_sequence(loss: str, divergence: str, level: str) -> frozenset[str]:
+    """The metrics of loss `loss` that are means over sequences rather than tokens (micro-batches combine them
+    weighted by sequence count): rpg_loss's KL estimate `kl/<divergence>` (per-sequence sums averaged over rows) and,
+    at level sequence, its clip fractions and log_w/abs_mean (its units are sequences). kl/grad_share, a ratio of
+    sums, is approximated either way. The PPO family's are all token means."""
+    if loss != "rpg":
+        return frozenset()
+    keys = {kl_divergence(divergence)}
+    if level == "sequence":
+        keys |= {*CLIP_KEYS, LOG_W_ABS_MEAN, KL_GRAD_SHARE, "clip/frac_max_log_w", "clip/frac_kl_clamp"}
+    return frozenset(keys)
+
+
 def kl_divergence(divergence: str) -> str:
     """rpg_loss's estimate of its own regulariser, e.g. `kl/urkl`."""
     return f"kl/{divergence}"

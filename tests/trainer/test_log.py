@@ -59,6 +59,40 @@ def test_reduce_micro_of_micro_batches_is_the_mini_batch(kl):
         assert torch.allclose(reduced[key].double(), value.double(), rtol=1e-6, atol=1e-9), key
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_reduce_micro_of_rpg_micro_batches_is_the_mini_batch(level):
+    """rpg_loss's per-sequence metrics (kl/<divergence>, and at level sequence the clip fractions and log_w/abs_mean)
+    are means over rows: combined by sequence count they equal the mini-batch's own; by token count (as before) they
+    were off whenever micro-batches differ in response length. kl/grad_share, a ratio of sums, is left out."""
+    from rpgrl import metrics as M
+    from rpgrl.objectives.rpg import rpg_loss
+
+    g = torch.Generator().manual_seed(7)
+    B, T = 8, 7
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    old = logp + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([1, 2, 1, 2, 7, 6, 7, 5])  # short responses first: micro-batches of unequal token counts
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).double()
+    opts = dict(divergence="urkl", style="reinforce", level=level, clip="dual", beta=0.05, eps_low=0.1, eps_high=0.1)
+    full = rpg_loss(logp, old, adv, mask, normalizer=mask.sum(), **opts).metrics
+    parts, tokens, counts = [], [], []
+    for rows in torch.arange(B).split(4):
+        parts.append(rpg_loss(logp[rows], old[rows], adv[rows], mask[rows], normalizer=mask.sum(), **opts).metrics)
+        tokens.append(float(mask[rows].sum()))
+        counts.append(float(len(rows)))
+    per_seq = M.per_sequence("rpg", "urkl", level)
+    reduced = reduce_micro(parts, tokens, counts, per_seq)
+    by_tokens = reduce_micro(parts, tokens)
+    assert full[M.CLIP_LOW] + full[M.CLIP_HIGH] + full[M.CLIP_DUAL] > 0  # the clip fractions are not vacuous
+    assert reduced.keys() == full.keys()
+    for key, value in full.items():
+        if key != M.KL_GRAD_SHARE:
+            assert torch.allclose(reduced[key].double(), value.double(), rtol=1e-6, atol=1e-9), key
+    assert not torch.allclose(by_tokens["kl/urkl"].double(), full["kl/urkl"].double(), rtol=1e-3)  # the old bias
+    assert M.per_sequence("grpo", "urkl", level) == frozenset()  # the PPO family's metrics are token means
+
+
 def test_extremes_are_reduced_as_extremes():
     """log_w/max is the largest log-ratio of the step, not an average of the micro-batches' or mini-batches'."""
     parts = [

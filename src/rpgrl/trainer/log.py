@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 import torch
@@ -45,19 +45,22 @@ def print0(*args, **kwargs) -> None:
 # Reduction
 
 
-def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+def reduce_micro(parts: list[dict[str, torch.Tensor]], weights: list[float], rows: list[float] | None = None,
+                 per_sequence: Collection[str] = ()) -> dict[str, torch.Tensor]:  # fmt: skip
     """Combine per-micro-batch metrics into one optimizer step's values.
 
     `loss/*` metrics and `kl/penalty` (`metrics.SUMMED`) are computed with the global normalizer, so they add up
     across micro-batches (summed).
     `*/max` and `*/min` (e.g. `log_w/max`) are extremes: the max (min) over micro-batches. Everything else is a
-    local mean (clip fractions, KL estimates): averaged with `weights` (e.g. token counts). A key missing from some
+    local mean (clip fractions, KL estimates): averaged with `weights` (token counts), or with `rows` (sequence
+    counts) for the keys in `per_sequence` (`metrics.per_sequence`: means over sequences). A key missing from some
     micro-batches is reduced over those that have it.
     """
     out: dict[str, torch.Tensor] = {}
     keys = {k for p in parts for k in p}
     for k in sorted(keys):
-        vals = [(p[k].detach().float(), w) for p, w in zip(parts, weights, strict=True) if k in p]
+        w_k = rows if rows is not None and k in per_sequence else weights
+        vals = [(p[k].detach().float(), w) for p, w in zip(parts, w_k, strict=True) if k in p]
         extreme = _extreme(k)
         if extreme is not None:
             out[k] = extreme(torch.stack([v for v, _ in vals]))

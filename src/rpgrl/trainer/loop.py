@@ -475,7 +475,7 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
     from rpgrl.rollout import token_logprobs
 
     opt.zero_grad(set_to_none=True)
-    micro, weights = [], []
+    micro, weights, counts = [], [], []
     for mrows in rows.split(cfg.train.micro_batch_size):
         mb = batch.select(mrows)
         logp, ent = token_logprobs(model, mb, temperature=cfg.rollout.temperature, chunk_size=cfg.train.logprob_chunk,
@@ -502,13 +502,14 @@ def _optimizer_step(model, opt, params, batch, rows, adv, old_logp, anchor_logp,
         m[M.KL_ANCHOR] = anchor_kl(logp, old, old if a_lp is None else a_lp, mb.response_mask)
         micro.append(m)
         weights.append(float(mb.response_mask.sum()))
+        counts.append(float(len(mrows)))
     grad_norm = clip_grad_norm(params, cfg.optim.grad_clip or math.inf)
     stepped = bool(torch.isfinite(grad_norm))
     if stepped:
         opt.step()
     else:  # spec 7.4: a non-finite gradient norm skips the step
         opt.zero_grad(set_to_none=True)
-    reduced = reduce_micro(micro, weights)
+    reduced = reduce_micro(micro, weights, counts, M.per_sequence(cfg.loss.name, cfg.loss.divergence, cfg.loss.level))
     reduced["optim/grad_norm"] = grad_norm.detach()
     reduced["optim/skipped"] = torch.tensor(0.0 if stepped else 1.0)
     return reduced, int(stepped)
