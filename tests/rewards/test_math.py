@@ -309,6 +309,22 @@ EQUIV_TABLE = [
     ("Answer: $540$ (or $541$)", "540", False),
     ("Answer: 4 or 5", "4, 5", True),  # not a hedge where the truth has two values
     ("Answer: $1000$ or $2000$", "1,000", False),  # ... but 1,000 is one value
+    # Unicode math: radicals, vulgar fractions (a mixed number is a sum), infinity, as models write them
+    ("The answer is \\boxed{\u221a2}", "\\sqrt{2}", True),
+    ("Answer: 3\u221a3", "3\\sqrt{3}", True),
+    ("Answer: 4\u221a3", "\\sqrt{48}", True),
+    ("Answer: \u221a(x+1)", "\\sqrt{x+1}", True),
+    ("Answer: \u221a{13}", "\\sqrt{13}", True),
+    ("Answer: \u221a2/2", "\\frac{\\sqrt{2}}{2}", True),
+    ("Answer: \u221b27", "3", True),
+    ("Answer: \u221a3", "3", False),
+    ("Answer: \u221a2", "\\sqrt{3}", False),
+    ("Answer: \u00be", "\\frac34", True),
+    ("Answer: \u00bd", "\\frac{1}{3}", False),
+    ("Answer: 2\u00bd", "\\frac{5}{2}", True),
+    ("Answer: 2\u00bd", "1", False),  # not 2 x 1/2
+    ("Answer: (-\u221e, 3]", "(-\\infty,3]", True),
+    ("Answer: \u221e", "\\infty", True),
     # unparseable LaTeX
     ("Answer: \\frac{", "5", False),  # unclosed group
     ("Answer: \\sqrt{}", "5", False),  # empty radicand

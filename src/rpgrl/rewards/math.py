@@ -234,6 +234,64 @@ def _label_content(text: str, start: int) -> str:
     return "\n".join(taken).lstrip(" \t")
 
 
+_VULGAR = {"\u00bd": (1, 2), "\u2153": (1, 3), "\u2154": (2, 3), "\u00bc": (1, 4), "\u00be": (3, 4),
+           "\u2155": (1, 5), "\u2156": (2, 5), "\u2157": (3, 5), "\u2158": (4, 5), "\u2159": (1, 6),
+           "\u215a": (5, 6), "\u2150": (1, 7), "\u215b": (1, 8), "\u215c": (3, 8), "\u215d": (5, 8),
+           "\u215e": (7, 8), "\u2151": (1, 9), "\u2152": (1, 10)}  # fmt: skip
+_VULGAR_RE = re.compile(f"(\\d*)([{''.join(_VULGAR)}])")
+_RADICALS = {"\u221a": "\\sqrt", "\u221b": "\\sqrt[3]", "\u221c": "\\sqrt[4]"}  # square, cube, fourth roots
+_RADICAND = re.compile(r"\s*(\d+(?:\.\d+)?|\\[A-Za-z]+|[A-Za-z])")  # what an unbracketed radical reads
+
+
+def _bracket_end(text: str, start: int) -> int | None:
+    """Index just past the bracket closing the `(` or `{` at `start`, or None."""
+    opening = text[start]
+    closing, depth = ")" if opening == "(" else "}", 0
+    for i in range(start, len(text)):
+        depth += (text[i] == opening) - (text[i] == closing)
+        if depth == 0:
+            return i + 1
+    return None
+
+
+def _vulgar(m: re.Match) -> str:
+    (num, den), whole = _VULGAR[m.group(2)], m.group(1)
+    frac = f"\\frac{{{num}}}{{{den}}}"
+    return f"({whole}+{frac})" if whole else frac  # 2\u00bd is the mixed number 2 + 1/2
+
+
+def unicode_to_latex(s: str) -> str:
+    """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `\\frac{1}{2}`, a
+    mixed number `2\u00bd` -> `(2+\\frac{1}{2})`), radicals over a braced or parenthesised group, a number, a
+    letter or a command (`\u221a2`, `3\u221a(x+1)`, `\u221b{27}`), and `\u221e` (`\\infty`). Other Unicode
+    (`\u2212`, `\u00d7`, `\u2264`, `\u03c0`) math-verify reads itself.
+
+    >>> unicode_to_latex("3\u221a2 + \u00be")
+    '3\\\\sqrt{2} + \\\\frac{3}{4}'
+    """
+    s = _VULGAR_RE.sub(_vulgar, s).replace("\u221e", "\\infty")
+    out, i = [], 0
+    while i < len(s):
+        root = _RADICALS.get(s[i])
+        if root is None:
+            out.append(s[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(s) and s[j].isspace():
+            j += 1
+        if j < len(s) and s[j] in "({":
+            end = _bracket_end(s, j)
+            if end is not None:  # {...} keeps its contents, (...) keeps its parentheses
+                out.append(f"{root}{{{s[j + 1 : end - 1] if s[j] == '{' else s[j:end]}}}")
+                i = end
+                continue
+        m = _RADICAND.match(s, i + 1)
+        out.append(f"{root}{{{m.group(1)}}}" if m else s[i])
+        i = m.end() if m else i + 1
+    return "".join(out)
+
+
 def clean_answer(answer: str) -> str:
     """Presentation stripped before the equivalence check: boxes (contents kept, several joined by ", "), math
     delimiters and a currency `\\$`, markdown emphasis, trailing periods, a trailing percent sign, a trailing degree
@@ -246,7 +304,7 @@ def clean_answer(answer: str) -> str:
     '-3.5'
     """
     boxed = _boxed_contents(answer)
-    s = ", ".join(boxed) if boxed else answer
+    s = unicode_to_latex(", ".join(boxed) if boxed else answer)
     s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
     s = s.rstrip(".").strip()
     s = re.sub(r"\\?%$", "", s).strip()
