@@ -444,7 +444,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, nargs="+", action="extend",
                    help="evaluation parquet/JSONL files, one benchmark each (the flag may be repeated)")  # fmt: skip
     p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")
-    p.add_argument("--out", default=None, help="folder for metrics.json and samples.jsonl (default: print only)")
+    p.add_argument("--out", default=None,
+                   help="folder for metrics.json, samples.jsonl and passk_majk.png (default: print only)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=2048, help="response length limit (paper: 2048)")
     p.add_argument("--batch-size", type=int, default=8,
                    help="problems per generation chunk (each has k rows; the draws depend on it)")  # fmt: skip
