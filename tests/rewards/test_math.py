@@ -325,6 +325,21 @@ EQUIV_TABLE = [
     ("Answer: 2\u00bd", "1", False),  # not 2 x 1/2
     ("Answer: (-\u221e, 3]", "(-\\infty,3]", True),
     ("Answer: \u221e", "\\infty", True),
+    # repeating decimals as the fractions they are
+    ("Answer: 0.\\overline{3}", "\\frac{1}{3}", True),
+    ("Answer: 0.1\\overline{6}", "\\frac{1}{6}", True),
+    ("Answer: -2.\\overline{27}", "-\\frac{25}{11}", True),
+    ("Answer: \\frac13", "0.\\overline{3}", True),
+    ("Answer: 0.\\overline{3}", "\\frac{1}{4}", False),
+    # an inequality for an interval (math-verify reads a relation as an interval on the truth's side only)
+    ("Answer: x < 3", "(-\\infty, 3)", True),
+    ("Answer: x \\le 3", "(-\\infty, 3)", False),
+    ("Answer: -1 \\le x < 3", "[-1, 3)", True),
+    ("Answer: -1 < x < 3", "[-1, 3)", False),
+    ("Answer: 3 \\ge x", "(-\\infty,3]", True),
+    ("Answer: x \u2265 2", "[2,\\infty)", True),
+    ("Answer: x > 2", "[2, \\infty)", False),
+    ("Answer: x \\le 3", "3", False),
     # unparseable LaTeX
     ("Answer: \\frac{", "5", False),  # unclosed group
     ("Answer: \\sqrt{}", "5", False),  # empty radicand

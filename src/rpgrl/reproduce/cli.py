@@ -35,7 +35,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per arm (default 5; --quick: 2)")
     ap.add_argument("--quick", action="store_true", help=f"a few steps per run ({QUICK.steps}), for a smoke test")
     ap.add_argument("--out", type=Path, default=None,
-                    help="suite directory, the run cache (default runs/reproduce; --quick: runs/reproduce-quick)")  # fmt: skip
+                    help="suite directory and run cache (default runs/reproduce[-quick])")  # fmt: skip
     ap.add_argument("--report", type=Path, default=None,
                     help="Markdown report, new or an earlier one (default OUT/results.md)")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")

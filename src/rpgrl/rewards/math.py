@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from rpgrl.rewards import Reward, register_reward
@@ -260,6 +261,24 @@ def _vulgar(m: re.Match) -> str:
     return f"({whole}+{frac})" if whole else frac  # 2\u00bd is the mixed number 2 + 1/2
 
 
+_REPEATING = re.compile(r"(-?)(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,50})\}|(\d))")  # 0.1\overline{6}, 0.\overline3
+
+
+def _repeating(m: re.Match) -> str:
+    sign, whole, fixed, rep = m.group(1), m.group(2) or "0", m.group(3), m.group(4) or m.group(5)
+    value = int(whole) + Fraction(int(fixed + rep) - int(fixed or "0"), 10 ** len(fixed) * (10 ** len(rep) - 1))
+    return f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def repeating_to_fraction(s: str) -> str:
+    """A repeating decimal written with `\\overline` as the exact fraction it is.
+
+    >>> repeating_to_fraction("0.1\\overline{6}"), repeating_to_fraction("-2.\\overline{27}")
+    ('\\\\frac{1}{6}', '-\\\\frac{25}{11}')
+    """
+    return _REPEATING.sub(_repeating, s)
+
+
 def unicode_to_latex(s: str) -> str:
     """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `\\frac{1}{2}`, a
     mixed number `2\u00bd` -> `(2+\\frac{1}{2})`), radicals over a braced or parenthesised group, a number, a
@@ -304,7 +323,7 @@ def clean_answer(answer: str) -> str:
     '-3.5'
     """
     boxed = _boxed_contents(answer)
-    s = unicode_to_latex(", ".join(boxed) if boxed else answer)
+    s = repeating_to_fraction(unicode_to_latex(", ".join(boxed) if boxed else answer))
     s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
     s = s.rstrip(".").strip()
     s = re.sub(r"\\?%$", "", s).strip()
@@ -403,9 +422,14 @@ def _cleaned_equivalent(pred: str, gold: str, timeout: float) -> bool:
         return False
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
 
-    return _mathverify.equivalent(pred, gold, timeout=timeout)
+    if _mathverify.equivalent(pred, gold, timeout=timeout):
+        return True
+    # an inequality for an interval (x \le 3 for (-\infty, 3]): math-verify reads a relation as an interval on the
+    # ground truth's side only, so the two are compared the other way round too
+    return bool(_RELATION.search(pred)) and not _RELATION.search(gold) and _mathverify.equivalent(gold, pred, timeout)
 
 
+_RELATION = re.compile(r"\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt)(?![A-Za-z])|[<>\u2264\u2265]")
 _OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])")  # "or" as a word: 4 or 5, 4 \text{ or } 5 (not \operatorname)
 _MATH_GROUP = re.compile(r"\$\$?([^$]+)\$\$?")
 _BETWEEN_VALUES = re.compile(r"\s*(?:,|;|/|and|\\text\s*\{\s*and\s*\})?\s*")  # what may separate two values
