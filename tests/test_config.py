@@ -175,6 +175,18 @@ def test_check_rejects_unusable_values(overrides, needle):
     assert needle in str(e.value)
 
 
+def test_an_ignored_option_names_its_default_for_a_saved_run():
+    """A run saved before an option was refused holds it in config.json, where --resume cannot drop it: the message
+    names the default to pass instead (a review's probe: "drop train.old_logp" left nothing to drop)."""
+    with pytest.raises(UsageError) as e:
+        check(apply_overrides(Config(), [("train.mini_batch_prompts", "none"), ("train.old_logp", "forward")]))
+    assert "--train.old_logp auto" in str(e.value)
+    with pytest.raises(UsageError) as e:
+        check(apply_overrides(Config(), [("model.path", "m"), ("model.tie_embeddings", "true")]))
+    assert "--model.tie_embeddings false" in str(e.value)
+    check(apply_overrides(Config(), [("train.mini_batch_prompts", "none"), ("train.old_logp", "auto")]))
+
+
 def test_default_passes_check():
     assert check(Config()) == Config()
 

@@ -685,7 +685,12 @@ def _check_unused(cfg: Config) -> None:
                        f"rollout.group_filter is {r.group_filter}"))  # fmt: skip
     if unused:
         key, value, applies, why = unused[0]
-        raise UsageError(f"{key} applies to {applies} only ({why}): drop {key} (got {value!r})")
+        section, name = key.split(".")
+        default = getattr(type(getattr(cfg, section)), name)
+        text = "none" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        # a run saved before the option was refused holds it in config.json: --resume then needs the default
+        raise UsageError(f"{key} applies to {applies} only ({why}): drop {key}, or set it to its default "
+                         f"(--{key} {text}) where a saved config.json holds it (got {value!r})")  # fmt: skip
     if e.benchmarks and not any(p.strip() for p in e.benchmarks.split(",")):
         raise UsageError(f"eval.benchmarks names no file (got {e.benchmarks!r}): give comma-separated parquet or "
                          "JSONL paths, or none")  # fmt: skip

@@ -340,6 +340,18 @@ EQUIV_TABLE = [
     ("Answer: x \u2265 2", "[2,\\infty)", True),
     ("Answer: x > 2", "[2, \\infty)", False),
     ("Answer: x \\le 3", "3", False),
+    ("Answer: x < 3", "(-\\infty, 3) \\cup (5, \\infty)", False),
+    # ... and no answer for a pair or two values, which math-verify also reads as intervals (a review's probe)
+    ("Answer: 1 < x < 2", "(1, 2)", False),
+    ("Answer: 1 < x < 2", "1, 2", False),
+    ("Answer: 1<x<2", "\\{1,2\\}", False),
+    ("Answer: -3 < k < 5", "-3, 5", False),
+    # a radical over a command and its arguments, or a Greek letter; a repeating block inside a longer number is
+    # left alone (not 7/6, not 1 and 1/3)
+    ("Answer: \u221a\\frac{1}{4}", "\\frac12", True),
+    ("Answer: \u221a\u03c0", "\\sqrt{\\pi}", True),
+    ("Answer: 0.1\\overline{6}7", "\\frac{7}{6}", False),
+    ("Answer: 1,000.\\overline{3}", "\\frac{4}{3}", False),
     # unparseable LaTeX
     ("Answer: \\frac{", "5", False),  # unclosed group
     ("Answer: \\sqrt{}", "5", False),  # empty radicand
@@ -351,6 +363,42 @@ EQUIV_TABLE = [
 @pytest.mark.parametrize("response,gt,expected", EQUIV_TABLE)
 def test_equiv_table(response, gt, expected):
     assert bool(math_score(response, gt, mode="equiv")) is expected
+
+
+def test_equiv_calls_share_one_time_budget(monkeypatch):
+    """math_score's bound (`timeout` in math-verify, plus the worker's slack): the candidates (with and without a
+    remark) and an inequality compared both ways were each given the whole `timeout` (up to 4x it)."""
+    from rpgrl.rewards import _mathverify
+
+    given = []
+
+    def slow_no(pred, gold, timeout):
+        given.append(timeout)
+        time.sleep(min(timeout, 0.05))
+        return False
+
+    monkeypatch.setattr(_mathverify, "equivalent", slow_no)
+    assert not math_score("Answer: x < \\sin(2) (the remainder)", "(-\\infty, 5)", timeout=0.2)
+    assert len(given) >= 2 and given[0] == pytest.approx(0.2, abs=0.01)  # both candidates and both ways were tried
+    assert all(b <= a - 0.04 for a, b in zip(given, given[1:], strict=False))  # each had what the calls before left
+    assert not math_score("Answer: x < \\sin(2) (the remainder)", "(-\\infty, 5)", timeout=0.01)
+
+
+def test_huge_boxed_answers_are_not_rewritten():
+    """`rpgrl eval` votes on the last boxed answer whatever its length: a 4,400-digit repeating decimal raised
+    (int() refuses over 4,300 digits) and a 20,000-digit one was rewritten in quadratic time; answers longer than
+    the judged limit are now grouped as written."""
+    from rpgrl.evaluation import vote_answer
+    from rpgrl.rewards.math import MAX_ANSWER_CHARS, clean_answer, repeating_to_fraction, unicode_to_latex
+
+    long_rep = "0." + "1" * 4400 + "\\overline{3}"
+    assert isinstance(vote_answer(f"so \\boxed{{{long_rep}}}"), str)  # (a ValueError before)
+    assert clean_answer("\\boxed{" + "1" * 20000 + "\u00bd}").endswith("1\u00bd")
+    short = "\\boxed{" + "1" * (MAX_ANSWER_CHARS - 20) + "+2\u00bd}"  # within the limit: still read
+    assert clean_answer(short).endswith("+(2+\\frac{1}{2})")
+    # the rewrites themselves stay bounded on long digit runs (numbers of at most 20 / 50 digits are read)
+    assert unicode_to_latex("1" * 30 + "\u00bd") == "1" * 30 + "\u00bd"  # not 111...1 x 1/2
+    assert repeating_to_fraction("0." + "1" * 60 + "\\overline{3}") == "0." + "1" * 60 + "\\overline{3}"
 
 
 def test_equiv_table_is_large_and_default_mode_is_equiv():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -239,9 +240,10 @@ _VULGAR = {"\u00bd": (1, 2), "\u2153": (1, 3), "\u2154": (2, 3), "\u00bc": (1, 4
            "\u2155": (1, 5), "\u2156": (2, 5), "\u2157": (3, 5), "\u2158": (4, 5), "\u2159": (1, 6),
            "\u215a": (5, 6), "\u2150": (1, 7), "\u215b": (1, 8), "\u215c": (3, 8), "\u215d": (5, 8),
            "\u215e": (7, 8), "\u2151": (1, 9), "\u2152": (1, 10)}  # fmt: skip
-_VULGAR_RE = re.compile(f"(\\d*)([{''.join(_VULGAR)}])")
+# a fraction sign and the whole number before it (none, or one of at most 20 digits: a longer run is left as written)
+_VULGAR_RE = re.compile(f"(?<!\\d)(\\d{{1,20}})?([{''.join(_VULGAR)}])")
 _RADICALS = {"\u221a": "\\sqrt", "\u221b": "\\sqrt[3]", "\u221c": "\\sqrt[4]"}  # square, cube, fourth roots
-_RADICAND = re.compile(r"\s*(\d+(?:\.\d+)?|\\[A-Za-z]+|[A-Za-z])")  # what an unbracketed radical reads
+_RADICAND = re.compile(r"\s*(\d+(?:\.\d+)?|\\[A-Za-z]+|[^\W\d_])")  # what an unbracketed radical reads
 
 
 def _bracket_end(text: str, start: int) -> int | None:
@@ -261,7 +263,8 @@ def _vulgar(m: re.Match) -> str:
     return f"({whole}+{frac})" if whole else frac  # 2\u00bd is the mixed number 2 + 1/2
 
 
-_REPEATING = re.compile(r"(-?)(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,50})\}|(\d))")  # 0.1\overline{6}, 0.\overline3
+# 0.1\overline{6}, -2.\overline{27}, 0.\overline3; not inside a longer number (1,000.\overline{3}, 0.1\overline{6}7)
+_REPEATING = re.compile(r"(?<![\d.,])(-?)(\d{0,50})\.(\d{0,50})\\overline\s*(?:\{(\d{1,50})\}|(\d))(?![\d.])")
 
 
 def _repeating(m: re.Match) -> str:
@@ -282,7 +285,8 @@ def repeating_to_fraction(s: str) -> str:
 def unicode_to_latex(s: str) -> str:
     """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `\\frac{1}{2}`, a
     mixed number `2\u00bd` -> `(2+\\frac{1}{2})`), radicals over a braced or parenthesised group, a number, a
-    letter or a command (`\u221a2`, `3\u221a(x+1)`, `\u221b{27}`), and `\u221e` (`\\infty`). Other Unicode
+    letter or a command with its braced arguments (`\u221a2`, `3\u221a(x+1)`, `\u221b{27}`, `\u221a\\frac{1}{4}`),
+    and `\u221e` (`\\infty`). Other Unicode
     (`\u2212`, `\u00d7`, `\u2264`, `\u03c0`) math-verify reads itself.
 
     >>> unicode_to_latex("3\u221a2 + \u00be")
@@ -306,8 +310,15 @@ def unicode_to_latex(s: str) -> str:
                 i = end
                 continue
         m = _RADICAND.match(s, i + 1)
-        out.append(f"{root}{{{m.group(1)}}}" if m else s[i])
-        i = m.end() if m else i + 1
+        if m is None:
+            out.append(s[i])
+            i += 1
+            continue
+        end = m.end()
+        while m.group(1).startswith("\\") and end < len(s) and s[end] == "{":  # a command's arguments: \frac{1}{4}
+            end = _bracket_end(s, end) or len(s)
+        out.append(f"{root}{{{s[m.start(1) : end]}}}")
+        i = end
     return "".join(out)
 
 
@@ -323,7 +334,9 @@ def clean_answer(answer: str) -> str:
     '-3.5'
     """
     boxed = _boxed_contents(answer)
-    s = repeating_to_fraction(unicode_to_latex(", ".join(boxed) if boxed else answer))
+    s = ", ".join(boxed) if boxed else answer
+    if len(s) <= MAX_ANSWER_CHARS:  # (a longer answer is judged wrong; `rpgrl eval`'s vote still groups it)
+        s = repeating_to_fraction(unicode_to_latex(s))
     s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
     s = s.rstrip(".").strip()
     s = re.sub(r"\\?%$", "", s).strip()
@@ -409,11 +422,12 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     if normalize_answer(answer) == normalize_answer(ground_truth):
         return True
     pred, gold = clean_answer(answer), clean_answer(ground_truth)
-    return any(_cleaned_equivalent(p, gold, timeout) for p in dict.fromkeys((pred, without_remarks(pred))) if p)
+    deadline = time.monotonic() + timeout  # every math-verify call below shares the one budget
+    return any(_cleaned_equivalent(p, gold, deadline) for p in dict.fromkeys((pred, without_remarks(pred))) if p)
 
 
-def _cleaned_equivalent(pred: str, gold: str, timeout: float) -> bool:
-    """Steps 2-4 of `equiv_correct` on cleaned answers."""
+def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
+    """Steps 2-4 of `equiv_correct` on cleaned answers; math-verify until `deadline` (time.monotonic())."""
     if pred == gold or normalize_answer(pred) == normalize_answer(gold):
         return True
     if _INTEGER.fullmatch(pred) and _INTEGER.fullmatch(gold):  # most AIME/AMC cases: no need for sympy
@@ -422,13 +436,22 @@ def _cleaned_equivalent(pred: str, gold: str, timeout: float) -> bool:
         return False
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
 
-    if _mathverify.equivalent(pred, gold, timeout=timeout):
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
+    if _mathverify.equivalent(pred, gold, timeout=left):
         return True
-    # an inequality for an interval (x \le 3 for (-\infty, 3]): math-verify reads a relation as an interval on the
-    # ground truth's side only, so the two are compared the other way round too
-    return bool(_RELATION.search(pred)) and not _RELATION.search(gold) and _mathverify.equivalent(gold, pred, timeout)
+    # an inequality for an interval (x \le 3 for (-\infty, 3]): with its defaults math-verify reads a relation as an
+    # interval on the ground truth's side only, so the two are compared the other way round too, where the truth is
+    # an interval beyond doubt (it reads (1, 2) and {1, 2} as intervals too: 1 < x < 2 is no answer for a pair)
+    if not (_RELATION.search(pred) and _INTERVAL.fullmatch(gold)) or (left := deadline - time.monotonic()) <= 0:
+        return False
+    return _mathverify.equivalent(gold, pred, timeout=left)
 
 
+# a union of intervals, one at least unbounded or half-open: [2, \infty), (-\infty, 3] \cup (5, 6)
+_INTERVAL_PART = r"[(\[][^()\[\]]*,[^()\[\]]*[)\]]"
+_INTERVAL = re.compile(rf"(?=.*(?:\\infty|\[[^\]]*\)|\([^)]*\]))\s*{_INTERVAL_PART}(?:\s*\\cup\s*{_INTERVAL_PART})*\s*")
 _RELATION = re.compile(r"\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt)(?![A-Za-z])|[<>\u2264\u2265]")
 _OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])")  # "or" as a word: 4 or 5, 4 \text{ or } 5 (not \operatorname)
 _MATH_GROUP = re.compile(r"\$\$?([^$]+)\$\$?")
