@@ -350,6 +350,9 @@ EQUIV_TABLE = [
     # left alone (not 7/6, not 1 and 1/3)
     ("Answer: \u221a\\frac{1}{4}", "\\frac12", True),
     ("Answer: \u221a\u03c0", "\\sqrt{\\pi}", True),
+    ("Answer: \u221a\u221a16", "2", True),  # nested: the inner radical first
+    ("Answer: 2^\u00bd", "\\sqrt{2}", True),  # a power, not 2 x 1/2 ...
+    ("Answer: 2^\u00bd", "1", False),
     ("Answer: 0.1\\overline{6}7", "\\frac{7}{6}", False),
     ("Answer: 1,000.\\overline{3}", "\\frac{4}{3}", False),
     # unparseable LaTeX

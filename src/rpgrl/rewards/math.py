@@ -260,7 +260,7 @@ def _bracket_end(text: str, start: int) -> int | None:
 def _vulgar(m: re.Match) -> str:
     (num, den), whole = _VULGAR[m.group(2)], m.group(1)
     frac = f"\\frac{{{num}}}{{{den}}}"
-    return f"({whole}+{frac})" if whole else frac  # 2\u00bd is the mixed number 2 + 1/2
+    return f"({whole}+{frac})" if whole else f"{{{frac}}}"  # 2\u00bd is the mixed number 2 + 1/2; 2^\u00bd a power
 
 
 # 0.1\overline{6}, -2.\overline{27}, 0.\overline3; not inside a longer number (1,000.\overline{3}, 0.1\overline{6}7)
@@ -283,43 +283,37 @@ def repeating_to_fraction(s: str) -> str:
 
 
 def unicode_to_latex(s: str) -> str:
-    """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `\\frac{1}{2}`, a
+    """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `{\\frac{1}{2}}`, a
     mixed number `2\u00bd` -> `(2+\\frac{1}{2})`), radicals over a braced or parenthesised group, a number, a
     letter or a command with its braced arguments (`\u221a2`, `3\u221a(x+1)`, `\u221b{27}`, `\u221a\\frac{1}{4}`),
     and `\u221e` (`\\infty`). Other Unicode
     (`\u2212`, `\u00d7`, `\u2264`, `\u03c0`) math-verify reads itself.
 
     >>> unicode_to_latex("3\u221a2 + \u00be")
-    '3\\\\sqrt{2} + \\\\frac{3}{4}'
+    '3\\\\sqrt{2} + {\\\\frac{3}{4}}'
     """
     s = _VULGAR_RE.sub(_vulgar, s).replace("\u221e", "\\infty")
-    out, i = [], 0
-    while i < len(s):
-        root = _RADICALS.get(s[i])
-        if root is None:
-            out.append(s[i])
-            i += 1
-            continue
-        j = i + 1
-        while j < len(s) and s[j].isspace():
-            j += 1
-        if j < len(s) and s[j] in "({":
-            end = _bracket_end(s, j)
-            if end is not None:  # {...} keeps its contents, (...) keeps its parentheses
-                out.append(f"{root}{{{s[j + 1 : end - 1] if s[j] == '{' else s[j:end]}}}")
-                i = end
-                continue
-        m = _RADICAND.match(s, i + 1)
-        if m is None:
-            out.append(s[i])
-            i += 1
-            continue
-        end = m.end()
-        while m.group(1).startswith("\\") and end < len(s) and s[end] == "{":  # a command's arguments: \frac{1}{4}
-            end = _bracket_end(s, end) or len(s)
-        out.append(f"{root}{{{s[m.start(1) : end]}}}")
-        i = end
-    return "".join(out)
+    for i in range(len(s) - 1, -1, -1):  # from the right, so a radical's radicand is converted first: \u221a\u221a16
+        if s[i] in _RADICALS:
+            s = s[:i] + _radical(s, i)
+    return s
+
+
+def _radical(s: str, i: int) -> str:
+    """s[i:] with the radical sign at i written as LaTeX over its radicand (unchanged if it has none)."""
+    root, j = _RADICALS[s[i]], i + 1
+    while j < len(s) and s[j].isspace():
+        j += 1
+    if j < len(s) and s[j] in "({" and (end := _bracket_end(s, j)) is not None:
+        radicand = s[j + 1 : end - 1] if s[j] == "{" else s[j:end]  # {...} keeps its contents, (...) its parentheses
+        return f"{root}{{{radicand}}}{s[end:]}"
+    m = _RADICAND.match(s, i + 1)
+    if m is None:
+        return s[i:]
+    end = m.end()
+    while m.group(1).startswith("\\") and end < len(s) and s[end] == "{":  # a command's arguments: \frac{1}{4}
+        end = _bracket_end(s, end) or len(s)
+    return f"{root}{{{s[m.start(1) : end]}}}{s[end:]}"
 
 
 def clean_answer(answer: str) -> str:
