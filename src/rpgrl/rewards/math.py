@@ -286,8 +286,7 @@ def unicode_to_latex(s: str) -> str:
     """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `{\\frac{1}{2}}`, a
     mixed number `2\u00bd` -> `(2+\\frac{1}{2})`), radicals over a braced or parenthesised group, a number, a
     letter or a command with its braced arguments (`\u221a2`, `3\u221a(x+1)`, `\u221b{27}`, `\u221a\\frac{1}{4}`),
-    and `\u221e` (`\\infty`). Other Unicode
-    (`\u2212`, `\u00d7`, `\u2264`, `\u03c0`) math-verify reads itself.
+    and `\u221e` (`\\infty`). Other Unicode (`\u2212`, `\u00d7`, `\u2264`, `\u03c0`) math-verify reads itself.
 
     >>> unicode_to_latex("3\u221a2 + \u00be")
     '3\\\\sqrt{2} + {\\\\frac{3}{4}}'
