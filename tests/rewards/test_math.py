@@ -299,7 +299,11 @@ EQUIV_TABLE = [
     ("Answer: \\textbf{(C)}\\ 7", "7", True),  # AMC: the choice letter and its value
     ("Answer: (C) 7", "7", True),
     ("Answer: (C) 7", "8", False),
-    ("Answer: 540 (not 541)", "541", False),  # a remark with a number is not read past
+    ("Answer: 540 (not 541)", "541", False),  # a remark with a number is not read past ...
+    ("Answer: 540 (m = 37)", "540", True),  # ... unless it only assigns values
+    ("Answer: 540 (m = 37, n = 3)", "540", True),
+    ("Answer: 540 (m = 37)", "37", False),
+    ("Answer: 540 (m + n = 541)", "541", False),
     ("Answer: The answer is not 5", "5", False),
     ("Answer: $540$ or $541$", "540", False),  # hedges: the authors' first $...$ pair read 540
     ("Answer: $540$, $541$", "540", False),
@@ -437,7 +441,8 @@ def test_strict_correct_implies_equiv_correct_random():
 
 def test_without_remarks_and_hedges():
     assert without_remarks("The answer is 113") == "113" and without_remarks("\\textbf{(E) } 16") == "16"
-    assert without_remarks("540 (the remainder);") == "540" and without_remarks("540 (m = 37)") == "540 (m = 37)"
+    assert without_remarks("540 (the remainder);") == "540" and without_remarks("540 (m = 37)") == "540"
+    assert without_remarks("540 (m + n = 541)") == "540 (m + n = 541)"  # more than values assigned: kept
     assert without_remarks("x = 5") == "x = 5" and without_remarks("\\{1,2\\}") == "\\{1,2\\}"
     assert is_hedge("$540$ or $541$", "540") and is_hedge("$540$; $541$", "540") and is_hedge("4 \\text{or} 5", "4")
     assert not is_hedge("$540$ (since $m=37$)", "540") and not is_hedge("$540$, $540$", "540")  # one value twice

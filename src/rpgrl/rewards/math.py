@@ -474,8 +474,10 @@ def is_hedge(answer: str, ground_truth: str) -> bool:
 _ANSWER_IS = re.compile(r"[A-Za-z][A-Za-z ,']{0,60}?\bis\s*:?\s+(?=\S)", re.I)
 _CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}?(?:\s|~|\\[ ,;:!]|\\q?quad\b)*(?=\S)")
 # a trailing remark that holds no digit or math: in parentheses, after a dash, or after a comma and a connective
+_ASSIGNMENT = r"[A-Za-z]\w*\s*=\s*-?\d+(?:\.\d+)?"  # m = 37: a side value a grader reads past, as (m = 37, n = 3)
 _REMARK = re.compile(
-    r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*)$"
+    r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
+    rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\))$"
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
 _REVERSED = re.compile(r"(-?\d+(?:\.\d+)?|-?\\frac\{\d+\}\{\d+\})\s*=\s*[A-Za-z][A-Za-z\s+\-]*")
@@ -486,7 +488,8 @@ _WRAPPED_NUMBER = re.compile(r"(?:\*|\\(?:text|mathrm|mathbf|textbf)\s*\{)\s*(-?
 def without_remarks(answer: str) -> str:
     """A cleaned `answer` without what a human grader reads past: a leading phrase ending in "is" (`The answer is`,
     `It is`), an AMC choice letter before its value (`(C) 7`, `\\textbf{(C)}\\ 7`), a trailing remark that holds no
-    digit or math (`540 (the remainder)`, `540 -- the count`, `540, which is the remainder`), end marks (`;`, `!`,
+    digit or math (`540 (the remainder)`, `540 -- the count`, `540, which is the remainder`) or only assigns values
+    (`540 (m = 37)`), end marks (`;`, `!`,
     `\\\\`, a check mark, `\\blacksquare`), a number in italics or text (`*540*`, `\\text{073}`), the value side of a
     reversed equation (`540 = m + n`). Tried only after `answer` itself, so it can only turn wrong into right.
 
