@@ -260,7 +260,9 @@ def _bracket_end(text: str, start: int) -> int | None:
 def _vulgar(m: re.Match) -> str:
     (num, den), whole = _VULGAR[m.group(2)], m.group(1)
     frac = f"\\frac{{{num}}}{{{den}}}"
-    return f"({whole}+{frac})" if whole else f"{{{frac}}}"  # 2\u00bd is the mixed number 2 + 1/2; 2^\u00bd a power
+    if whole:
+        return f"({whole}+{frac})"  # 2\u00bd is the mixed number 2 + 1/2
+    return f"{{{frac}}}" if m.start() and m.string[m.start() - 1] in "^_" else frac  # 2^\u00bd: braced
 
 
 # 0.1\overline{6}, -2.\overline{27}, 0.\overline3; not inside a longer number (1,000.\overline{3}, 0.1\overline{6}7)
@@ -283,13 +285,13 @@ def repeating_to_fraction(s: str) -> str:
 
 
 def unicode_to_latex(s: str) -> str:
-    """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `{\\frac{1}{2}}`, a
+    """Unicode math as LaTeX, which the equivalence check parses: vulgar fractions (`\u00bd` -> `\\frac{1}{2}`, a
     mixed number `2\u00bd` -> `(2+\\frac{1}{2})`), radicals over a braced or parenthesised group, a number, a
     letter or a command with its braced arguments (`\u221a2`, `3\u221a(x+1)`, `\u221b{27}`, `\u221a\\frac{1}{4}`),
     and `\u221e` (`\\infty`). Other Unicode (`\u2212`, `\u00d7`, `\u2264`, `\u03c0`) math-verify reads itself.
 
     >>> unicode_to_latex("3\u221a2 + \u00be")
-    '3\\\\sqrt{2} + {\\\\frac{3}{4}}'
+    '3\\\\sqrt{2} + \\\\frac{3}{4}'
     """
     s = _VULGAR_RE.sub(_vulgar, s).replace("\u221e", "\\infty")
     for i in range(len(s) - 1, -1, -1):  # from the right, so a radical's radicand is converted first: \u221a\u221a16
