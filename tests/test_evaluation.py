@@ -436,6 +436,10 @@ def test_rpgrl_eval_argparse_errors_are_one_line(argv, match, capsys):
         ("\\boxed{12}", "strict", None),  # strict does not: no vote
         ("I do not know.", "equiv", None),
         ("Answer: \\boxed{}", "equiv", None),  # an empty answer does not vote
+        # Unicode and repeating decimals vote with their LaTeX forms
+        ("Answer: \u00bd", "equiv", "\\frac{1}{2}"),
+        ("Answer: \u221a2", "equiv", "\\sqrt{2}"),
+        ("Answer: 0.\\overline{3}", "equiv", "\\frac{1}{3}"),
     ],
 )
 def test_vote_answer(response, mode, vote):
