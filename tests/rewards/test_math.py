@@ -396,7 +396,8 @@ def test_huge_boxed_answers_are_not_rewritten():
     (int() refuses over 4,300 digits) and a 20,000-digit one was rewritten in quadratic time; answers longer than
     the judged limit are now grouped as written."""
     from rpgrl.evaluation import vote_answer
-    from rpgrl.rewards.math import MAX_ANSWER_CHARS, clean_answer, repeating_to_fraction, unicode_to_latex
+    from rpgrl.rewards.math import MAX_ANSWER_CHARS, clean_answer
+    from rpgrl.rewards.notation import repeating_to_fraction, unicode_to_latex
 
     long_rep = "0." + "1" * 4400 + "\\overline{3}"
     assert isinstance(vote_answer(f"so \\boxed{{{long_rep}}}"), str)  # (a ValueError before)
