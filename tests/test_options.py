@@ -59,19 +59,33 @@ BAD = [
     (dict(clip="truncate", style="differentiable"), "clip", "needs style='reinforce'"),
     (dict(kl_value_clamp=10.0), "kl_value_clamp", "clamps a separate KL term"),  # reinforce has no separate KL
 ]
+# values only the Python API can give (a probe's): "false" acted as True (the KL inside the clip); ints past int64
+# failed inside torch
+BAD_API = [
+    (dict(kl_in_clip="false"), "kl_in_clip", "kl_in_clip must be true or false"),
+    (dict(beta=10**19), "beta", "beta must be a float or an int below 2\\*\\*63"),
+    (dict(c=10**400), "c", "c must be a float or an int below 2\\*\\*63, got an int of 401 digits"),
+    (dict(max_log_w="5"), "max_log_w", "max_log_w must be a real number"),
+]
 
 
-@pytest.mark.parametrize("changes, option, match", BAD)
+@pytest.mark.parametrize("changes, option, match", BAD + BAD_API)
 def test_check_names_the_option(changes, option, match):
     with pytest.raises(OptionError, match=match) as info:
         RPGOptions(**changes).check()
     assert info.value.option == option and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("changes, option, match", BAD[:8])
+@pytest.mark.parametrize("changes, option, match", BAD[:8] + BAD_API)
 def test_check_values_alone_refuses_each_bad_value(changes, option, match):
     with pytest.raises(OptionError, match=match):
         RPGOptions(**changes).check_values()
+
+
+def test_none_word_is_none():
+    from rpgrl.options import none_word
+
+    assert [none_word(v) for v in ("None", "none", " null ", "dual", None, 0)] == [None, None, None, "dual", None, 0]
 
 
 def test_cross_option_rules_are_not_value_rules():

@@ -28,6 +28,18 @@ def small_batch():
     return logp, old, rewards, group, mask
 
 
+def test_registry_names_are_strings():
+    """A non-string name broke every later lookup's error message (sorting ints with strings); an unhashable name
+    was a TypeError (a probe's)."""
+    with pytest.raises(ValueError, match="names are non-empty strings, got 5"):
+        rpgrl.register_advantage(5)
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
+        get_advantage(["grpo"])
+    with pytest.raises(ValueError, match="valid: drgrpo, grpo"):
+        get_advantage("nope")
+    assert ["grpo"] not in ADVANTAGES
+
+
 def test_baseline_families_are_registered():
     assert set(BASELINE_LOSSES) <= set(LOSSES.names())
 

@@ -114,10 +114,17 @@ class RPGOptions:
             value = getattr(self, name)
             if value not in valid:
                 raise OptionError(name, f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
-        for name in ("beta", "eps_low", "eps_high", "c"):
+        _need(isinstance(self.kl_in_clip, bool), "kl_in_clip",  # "false" would act as True
+              f"kl_in_clip must be true or false (a bool), got {self.kl_in_clip!r}")  # fmt: skip
+        for name in ("beta", "eps_low", "eps_high", "c", "kl_value_clamp", "max_log_w"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            if value is None and name in ("kl_value_clamp", "max_log_w"):
+                continue
+            if not _real(value):
                 raise OptionError(name, f"{name} must be a real number, got {value!r}")
+            if isinstance(value, int) and abs(value) >= 2**63:  # torch takes a Python int as int64 (or fails)
+                raise OptionError(name, f"{name} must be a float or an int below 2**63, got an int of "
+                                        f"{len(str(abs(value)))} digits")  # fmt: skip
         _need(0 <= self.beta < math.inf, "beta", f"beta must be finite and >= 0, got {self.beta}")
         _need(0 <= self.eps_low <= 1, "eps_low", f"eps_low must be in [0, 1] (lower bound 1 - eps_low >= 0), got "
               f"{self.eps_low}")  # fmt: skip
@@ -145,8 +152,16 @@ _CHOICES = {
 }
 
 
+def none_word(value: Any) -> Any:
+    """None for the words a command line gives for it (`None`, `none`, `null`: TRL's HfArgumentParser and Hydra's
+    `+key=None` pass them as strings), else `value` itself."""
+    return None if isinstance(value, str) and value.strip().lower() in ("none", "null") else value
+
+
 def _real(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x)
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    return isinstance(x, int) or not math.isnan(x)  # (math.isnan of an int beyond float's range overflows)
 
 
 def _need(ok: bool, option: str, message: str) -> None:
@@ -162,5 +177,5 @@ def rpg_field(name: str, help: str | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"help": help or field_docs(RPGOptions)[name]})
 
 
-__all__ = ["RPGOptions", "OptionError", "rpg_field", "DIVERGENCES", "STYLES", "LEVELS", "AGG_MODES", "CLIPS",
-           "BRANCHES", "ANALOGUES"]  # fmt: skip
+__all__ = ["RPGOptions", "OptionError", "rpg_field", "none_word", "DIVERGENCES", "STYLES", "LEVELS", "AGG_MODES",
+           "CLIPS", "BRANCHES", "ANALOGUES"]  # fmt: skip

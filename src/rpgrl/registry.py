@@ -20,6 +20,9 @@ class Registry(Generic[F]):
         self._items: dict[str, F] = {}
 
     def register(self, name: str) -> Callable[[F], F]:
+        if not isinstance(name, str) or not name:  # a non-string name would break every later lookup's listing
+            raise ValueError(f"{self.kind} names are non-empty strings, got {name!r}")
+
         def deco(fn: F) -> F:
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
@@ -31,11 +34,11 @@ class Registry(Generic[F]):
     def get(self, name: str) -> F:
         try:
             return self._items[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
             raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._items))}") from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return isinstance(name, str) and name in self._items
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._items))

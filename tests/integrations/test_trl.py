@@ -220,11 +220,23 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"entropy_coef": 0.01}, "entropy_coef"),
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
         ({"loss_type": "dr_grpo"}, "loss_type"),  # TRL's normalisation: RPGConfig.agg sets it (was ignored)
+        ({"kl_in_clip": "false"}, "kl_in_clip must be true or false"),  # acted as True
     ],
 )
 def test_bad_configs_are_refused(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
         RPGConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True, **overrides)
+
+
+def test_clip_none_from_the_command_line(tmp_path):
+    """HfArgumentParser gives `--clip none` as a string; it was refused as an unknown clip (a probe's)."""
+    from transformers import HfArgumentParser
+
+    for word in ("none", "None", "null"):
+        argv = ["--output_dir", str(tmp_path), "--clip", word, "--use_cpu", "true", "--num_generations", "4",
+                "--per_device_train_batch_size", "8"]  # fmt: skip
+        (args,) = HfArgumentParser(RPGConfig).parse_args_into_dataclasses(argv)
+        assert args.clip is None and args.options().clip is None
 
 
 def test_rpg_trainer_needs_rpg_config(tmp_path):

@@ -426,6 +426,7 @@ PL = "+actor_rollout_ref.actor.policy_loss."  # adds an RPGPolicyLossConfig fiel
         ([PL + "beta=0.1", PL + "clip=ppo"], "clip"),
         ([PL + "beta=0.1", PL + "clip=null", PL + "level=seq"], "level"),
         ([PL + "betta=0.1"], "betta"),  # a misspelt key
+        ([PL + "beta=0.1", PL + "clip=dual", PL + "kl_in_clip=off"], "kl_in_clip must be true or false"),
     ],
 )
 def test_bad_rpg_options_fail_when_verl_builds_the_config(overrides, match):
@@ -446,6 +447,14 @@ def test_option_combinations_fail_when_verl_builds_the_config(mode, overrides, m
     with pytest.raises(InstantiationException, match=match):
         compose_actor(RPG_TARGET, f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}", *overrides)
     compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce", *overrides[:2])
+
+
+def test_clip_none_as_hydra_gives_it():
+    """`+...clip=None` reaches the config as the string 'None' (only `null` is None to Hydra): it was refused."""
+    for word in ("None", "null"):
+        actor = compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_differentiable",
+                              PL + "beta=1e-4", PL + f"clip={word}")  # fmt: skip
+        assert actor.policy_loss.clip is None
 
 
 def test_rpg_advantage_equals_verls_unscaled_grpo():

@@ -391,6 +391,25 @@ def test_equiv_calls_share_one_time_budget(monkeypatch):
     assert not math_score("Answer: x < \\sin(2) (the remainder)", "(-\\infty, 5)", timeout=0.01)
 
 
+def test_inputs_math_score_cannot_judge_are_one_line():
+    """A ground truth column of integers raised AttributeError deep in the authors' rule; None, bytes, and a timeout
+    of inf, nan, "1" or <= 0 were tracebacks or judged a correct answer wrong (a probe's)."""
+    assert math_score("Answer: 3", 3, "strict") and math_score("Answer: 3", 3) and math_score("Answer: 0.5", 0.5)
+    assert REWARDS.get("math")("Answer: 3", 3).correct
+    for args, kwargs, match in [
+        (("Answer: 3", None), {}, "the ground truth must be a string or a number, got NoneType"),
+        (("Answer: 3", True), {}, "got bool"),
+        ((b"Answer: 3", "3"), {}, "the response must be a string, got bytes"),
+        *((("Answer: 3", "3"), {"timeout": t}, "timeout must be a finite number of seconds > 0")
+          for t in (float("inf"), float("nan"), "1", 0, -1)),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=match) as e:
+            math_score(*args, **kwargs)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        MathReward(timeout=float("inf"))
+
+
 def test_huge_boxed_answers_are_not_rewritten():
     """`rpgrl eval` votes on the last boxed answer whatever its length: a 4,400-digit repeating decimal raised
     (int() refuses over 4,300 digits) and a 20,000-digit one was rewritten in quadratic time; answers longer than

@@ -33,7 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rpgrl.integrations._common import rpg_loss_nonempty
 from rpgrl.objectives.reduce import aggregate
-from rpgrl.options import OptionError, RPGOptions, rpg_field
+from rpgrl.options import OptionError, RPGOptions, none_word, rpg_field
 
 # Inputs GRPOTrainer may hand to the model forward besides ids and mask (multimodal models).
 _FORWARD_KEYS = (
@@ -77,6 +77,7 @@ class RPGConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.clip = none_word(self.clip)  # `--clip none` on TRL's command line
         if self.beta != 0.0:
             raise ValueError(
                 f"RPGConfig: beta={self.beta} would load a reference model for TRL's own KL; RPG's KL is anchored to "

@@ -60,7 +60,7 @@ from verl.workers.config import PolicyLossConfig
 
 from rpgrl.advantages import get_advantage
 from rpgrl.integrations._common import rpg_loss_nonempty
-from rpgrl.options import AGG_MODES, DIVERGENCES, STYLES, OptionError, RPGOptions, rpg_field
+from rpgrl.options import AGG_MODES, DIVERGENCES, STYLES, OptionError, RPGOptions, none_word, rpg_field
 
 _HALF = (torch.float16, torch.bfloat16)
 LOSS_MODES = tuple(f"rpg_{d}_{s}" for d in DIVERGENCES for s in STYLES)
@@ -85,6 +85,7 @@ class RPGPolicyLossConfig(PolicyLossConfig):
     max_log_w: float | None = rpg_field("max_log_w")
 
     def __post_init__(self):
+        object.__setattr__(self, "clip", none_word(self.clip))  # Hydra passes `clip=None` as the string 'None'
         if self.beta == MISSING or self.clip == MISSING:
             raise ValueError(
                 "RPGPolicyLossConfig needs beta and clip: add +actor_rollout_ref.actor.policy_loss.beta=<float> and "

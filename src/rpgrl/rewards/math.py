@@ -19,7 +19,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
 from rpgrl.rewards.notation import repeating_to_fraction, unicode_to_latex
@@ -438,14 +438,30 @@ def math_score(response: str, ground_truth: str, mode: Mode = "equiv", *, timeou
     equiv mode spends at most `timeout` seconds in math-verify and returns within `timeout + 0.3` s whatever happens
     there (once its worker process runs; see `rpgrl.rewards._mathverify`). Nothing in `response` is ever executed.
 
-    >>> math_score("Answer: 540", "540", mode="strict")
-    True
+    A ground truth may be a number (a dataset column of integers): it is judged as its `str`. A response that is not
+    a string, a ground truth that is neither, or a timeout that is not a finite number of seconds > 0 is a ValueError.
+
+    >>> math_score("Answer: 540", "540", mode="strict"), math_score("Answer: 540", 540)
+    (True, True)
     """
+    ground_truth = _checked_inputs(response, ground_truth, timeout)
     if mode == "strict":
         return strict_correct(response, ground_truth)
     if mode == "equiv":
         return equiv_correct(response, ground_truth, timeout=timeout)
     raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
+
+
+def _checked_inputs(response: Any, ground_truth: Any, timeout: Any) -> str:
+    """The ground truth as a string, after refusing what `math_score` cannot judge, in one line each."""
+    if not isinstance(response, str):
+        raise ValueError(f"math_score: the response must be a string, got {type(response).__name__}")
+    if isinstance(ground_truth, bool) or not isinstance(ground_truth, str | int | float):
+        what = type(ground_truth).__name__
+        raise ValueError(f"math_score: the ground truth must be a string or a number, got {what}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise ValueError(f"math_score: timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return ground_truth if isinstance(ground_truth, str) else str(ground_truth)
 
 
 def has_answer_line(response: str) -> bool:
@@ -482,8 +498,9 @@ class MathReward:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown math scoring mode {self.mode!r}; valid: {', '.join(MODES)}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        t = self.timeout
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {t!r}")
 
     def __call__(self, completion: str, answer: str) -> Reward:
         correct = bool(math_score(completion, answer, self.mode, timeout=self.timeout))
