@@ -308,6 +308,28 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert [q.name for q in run.iterdir()] == ["metrics.jsonl"]
 
 
+def test_out_inside_a_training_runs_managed_folders_is_refused(tiny_model_dir, tmp_path, capsys):
+    """A report in RUN/checkpoints/step-N was deleted with the checkpoint by a --resume's pruning, and one in
+    RUN/model sat beside weights a later export rewrote (a probe's): refused; RUN/eval is the run's to keep."""
+    from rpgrl.cli import main
+    from rpgrl.evaluation import _check_unused
+
+    data = tmp_path / "b.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000002").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {}, "loss": {}}))  # as `rpgrl train` writes it
+    for inside in ("checkpoints/step-000002", "model", "model/eval"):
+        argv = ["eval", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(run / inside)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"lies inside the training run {run.resolve()}" in err, err
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == ["checkpoints", "checkpoints/step-000002",
+                                                                     "config.json"]  # fmt: skip
+    _check_unused(run / "eval")  # the run's own folder for reports
+    _check_unused(tmp_path / "model" / "x")  # a folder named model outside any run
+
+
 def test_progress_bar_does_not_change_the_draws(tiny_model_dir, capsys):
     from rpgrl.evaluation import model_sampler
     from rpgrl.models import load_model

@@ -531,6 +531,13 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _check_unused(out: Path) -> None:
+    from rpgrl.trainer.rundir import is_run_config
+
+    for run in out.resolve().parents:  # the folders a training run rewrites: pruned checkpoints, a re-exported model
+        managed = out.resolve().relative_to(run).parts[0]
+        if managed in ("checkpoints", "model") and is_run_config(run / "config.json"):
+            raise UsageError(f"--out {out} lies inside the training run {run}, whose {managed}/ a --resume rewrites "
+                             "or prunes: pass a folder outside it (e.g. the run's own eval/)")  # fmt: skip
     taken = [n for n in (*REPORT_FILES, "metrics.jsonl") if (out / n).exists()]
     if taken:  # an earlier evaluation's report, or a training run's directory (its metrics.jsonl)
         raise UsageError(f"--out {out} already holds {', '.join(taken)} (an earlier evaluation or a training run): "

@@ -54,7 +54,7 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
     if out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()):
         if has_checkpoint:
             raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
-        if _is_run_config(out / "config.json"):
+        if is_run_config(out / "config.json"):
             raise UsageError(f"run directory {out} holds a run that stopped before its first checkpoint: pass "
                              "--resume to start it over, or choose another --out")  # fmt: skip
         if (out / "config.json").is_file():
@@ -64,7 +64,7 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
     return False
 
 
-def _is_run_config(path: Path) -> bool:
+def is_run_config(path: Path) -> bool:
     """Whether `path` is a config.json as `rpgrl train` writes it (its train and loss sections), not a model's."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
