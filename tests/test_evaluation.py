@@ -63,10 +63,38 @@ def test_pass_at_k_edge_cases_and_stability():
     assert pass_at_k(10_000, 1, 37) == 37 / 10_000
     vals = [pass_at_k(1000, 3, k) for k in range(1, 1001)]
     assert all(a <= b for a, b in zip(vals[:-1], vals[1:], strict=True)) and vals[-1] == 1.0
-    with pytest.raises(ValueError, match="need 0 <= c <= n"):
+    with pytest.raises(ValueError, match="need integers 0 <= c <= n"):
         pass_at_k(4, 5, 1)
     with pytest.raises(ValueError, match="1 <= k <= n"):
         pass_at_k(4, 1, 5)
+    with pytest.raises(ValueError, match="k=2.5"):  # a TypeError inside math.comb before
+        pass_at_k(4, 1, 2.5)
+
+
+def test_evaluate_refuses_what_rpgrl_eval_refuses(tmp_path):
+    """The Python API took a path string as a list of one-character paths ("data file not found: g"), took
+    limit_problems=True as 1, and let bad counts and seeds fail inside range(), torch or the sampler (a probe's)."""
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+
+    def sampler(problems, k):
+        return [["Answer: 2"] * k for _ in problems]
+
+    assert evaluate(None, None, str(path), k=2, sampler=sampler)["eval/b/mean@2"] == 1.0  # one path alone
+    for kwargs, match in [
+        ({"max_new_tokens": None}, "max_new_tokens must be an integer >= 1, got None"),
+        ({"max_new_tokens": 2.5}, "max_new_tokens must be an integer >= 1"),
+        ({"batch_size": -1}, "batch_size must be an integer >= 1 or None, got -1"),
+        ({"batch_size": 1.5}, "batch_size must be an integer >= 1 or None"),
+        ({"limit_problems": True}, "limit_problems must be an integer >= 1"),
+        ({"max_prompt_length": 0}, "max_prompt_length must be an integer >= 1 or None, got 0"),
+        ({"seed": "a"}, "seed must be an integer in"),
+        ({"seed": 2**64}, "seed must be an integer in"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            evaluate(None, None, [path], k=2, sampler=sampler, **kwargs)
+    with pytest.raises(ValueError, match="a benchmark is a Benchmark or a parquet/JSONL path, got int"):
+        evaluate(None, None, [5], k=2, sampler=sampler)
 
 
 def authors_bootstrap(values: list[float], subset_size: int) -> tuple[float, float]:

@@ -74,8 +74,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     >>> pass_at_k(4, 1, 2)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
     0.5
     """
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in (n, c, k)) or not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k: need integers 0 <= c <= n and 1 <= k <= n, got n={n!r}, c={c!r}, k={k!r}")
     total = math.comb(n, k)
     return float(Fraction(total - math.comb(n - c, k), total))
 
@@ -300,8 +300,10 @@ class BenchmarkResult:
 
 
 def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
-    if limit is not None and not (isinstance(limit, int) and limit >= 1):
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
         raise ValueError(f"limit_problems must be an integer >= 1 (or None for all), got {limit!r}")
+    if not isinstance(b, Benchmark | str | Path):
+        raise ValueError(f"a benchmark is a Benchmark or a parquet/JSONL path, got {type(b).__name__}")
     bench = b if isinstance(b, Benchmark) else load_benchmark(b)
     if limit is not None:
         bench = Benchmark(bench.name, bench.path, bench.problems[:limit])
@@ -378,7 +380,19 @@ def evaluate(
     sampler: Sampler | None = None,
 ) -> dict[str, float]:
     """Flat metrics (`eval/<benchmark>/mean@k`, `.../pass@j`, `.../best@j`, `.../worst@j`) of `model` on the
-    benchmark files or `Benchmark`s; `sampler` replaces the model's generation (tests, other engines)."""
+    benchmark files or `Benchmark`s (one alone is taken as a list of one); `sampler` replaces the model's generation
+    (tests, other engines). A value `rpgrl eval` would refuse is a one-line ValueError here too."""
+    if isinstance(benchmarks, str | Path | Benchmark):  # a path string would be read one character at a time
+        benchmarks = [benchmarks]
+    counts = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "limit_problems": limit_problems,
+              "max_prompt_length": max_prompt_length}  # fmt: skip
+    for name, value in counts.items():
+        optional = name != "max_new_tokens"
+        if (value is not None or not optional) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1{' or None' if optional else ''}, "
+                             f"got {value!r}")  # fmt: skip
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {seed!r}")
     if sampler is None:
         sampler = model_sampler(
             model,
