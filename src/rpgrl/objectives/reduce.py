@@ -8,6 +8,7 @@ micro-batch losses equals the loss of the whole batch (the math never reads trai
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -51,15 +52,20 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
     if isinstance(normalizer, torch.Tensor):
         if normalizer.numel() != 1:
             raise ValueError(f"normalizer must be one number, got a tensor of shape {tuple(normalizer.shape)}")
+        if normalizer.dtype == torch.bool or normalizer.is_complex():  # True counted as 1; complex has no >=
+            raise ValueError(f"normalizer must be a real count, got a tensor of dtype {normalizer.dtype}")
         ok = bool((normalizer >= MIN_NORMALIZER) & torch.isfinite(normalizer))
-    elif isinstance(normalizer, (int, float)) and not isinstance(normalizer, bool):
+    elif isinstance(normalizer, numbers.Integral) and not isinstance(normalizer, bool):
+        ok = MIN_NORMALIZER <= normalizer < 2**63  # (an int past float's range overflowed math.isfinite)
+    elif isinstance(normalizer, numbers.Real):  # float, numpy's floats
         ok = math.isfinite(normalizer) and normalizer >= MIN_NORMALIZER
     else:
         raise ValueError(f"normalizer must be a number or a 0-dim tensor, got {type(normalizer).__name__}")
     if not ok:
-        raise ValueError(
-            f"normalizer must be a finite count >= 2**-20 (of tokens or responses, per process), got {normalizer}"
-        )
+        big = isinstance(normalizer, int) and abs(normalizer) >= 10**20
+        shown = f"an int of {len(str(abs(normalizer)))} digits" if big else normalizer
+        raise ValueError(f"normalizer must be a finite count >= 2**-20 (of tokens or responses, per process), "
+                         f"got {shown}")  # fmt: skip
 
 
 def aggregate(
