@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
-from rpgrl.rewards.notation import repeating_to_fraction, unicode_to_latex
+from rpgrl.rewards.notation import bracket_end, repeating_to_fraction, unicode_to_latex
 
 Mode = Literal["strict", "equiv"]
 MODES: tuple[str, ...] = ("strict", "equiv")
@@ -171,16 +171,6 @@ _MARKDOWN = re.compile(r"\*\*|__|`")
 _INTEGER = re.compile(r"-?\d{1,300}")
 
 
-def _group_end(text: str, start: int) -> int | None:
-    """Index just past the `}` closing the group whose contents start at `start` (after its `{`), or None."""
-    depth = 1
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return i + 1
-    return None
-
-
 def _boxed_contents(text: str) -> list[str]:
     """Contents of every complete `\\boxed{...}` / `\\fbox{...}` in `text` (braces balanced), left to right.
     One pass over the braces (linear: a response full of unclosed boxes must not cost quadratic time)."""
@@ -269,7 +259,7 @@ def _exponent_groups(s: str) -> list[tuple[str, str]]:
         base = re.search(r"(\d+(?:\.\d+)?|[A-Za-z]+|[)}\]])\s*$", s[: m.start()])
         rest = s[m.end() :].lstrip()
         if rest.startswith("{"):
-            exp = rest[1 : (_group_end(rest, 1) or len(rest) + 1) - 1]
+            exp = rest[1 : (bracket_end(rest, 0) or len(rest) + 1) - 1]
         else:
             exp = re.match(r"\d+|\\?[A-Za-z]+|.?", rest).group(0)
         pairs.append((base.group(1) if base else "", exp))
@@ -452,6 +442,10 @@ def math_score(response: str, ground_truth: str, mode: Mode = "equiv", *, timeou
     raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
 
 
+def _valid_timeout(t: Any) -> bool:
+    return not isinstance(t, bool) and isinstance(t, int | float) and 0 < t < math.inf
+
+
 def _checked_inputs(response: Any, ground_truth: Any, timeout: Any) -> str:
     """The ground truth as a string, after refusing what `math_score` cannot judge, in one line each."""
     if not isinstance(response, str):
@@ -459,7 +453,7 @@ def _checked_inputs(response: Any, ground_truth: Any, timeout: Any) -> str:
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, str | int | float):
         what = type(ground_truth).__name__
         raise ValueError(f"math_score: the ground truth must be a string or a number, got {what}")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+    if not _valid_timeout(timeout):
         raise ValueError(f"math_score: timeout must be a finite number of seconds > 0, got {timeout!r}")
     return ground_truth if isinstance(ground_truth, str) else str(ground_truth)
 
@@ -498,9 +492,8 @@ class MathReward:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown math scoring mode {self.mode!r}; valid: {', '.join(MODES)}")
-        t = self.timeout
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {t!r}")
+        if not _valid_timeout(self.timeout):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {self.timeout!r}")
 
     def __call__(self, completion: str, answer: str) -> Reward:
         correct = bool(math_score(completion, answer, self.mode, timeout=self.timeout))

@@ -20,7 +20,7 @@ _RADICALS = {"\u221a": "\\sqrt", "\u221b": "\\sqrt[3]", "\u221c": "\\sqrt[4]"}  
 _RADICAND = re.compile(r"\s*(\d+(?:\.\d+)?|\\[A-Za-z]+|[^\W\d_])")  # what an unbracketed radical reads
 
 
-def _bracket_end(text: str, start: int) -> int | None:
+def bracket_end(text: str, start: int) -> int | None:
     """Index just past the bracket closing the `(` or `{` at `start`, or None."""
     opening = text[start]
     closing, depth = ")" if opening == "(" else "}", 0
@@ -79,7 +79,7 @@ def _radical(s: str, i: int) -> str:
     root, j = _RADICALS[s[i]], i + 1
     while j < len(s) and s[j].isspace():
         j += 1
-    if j < len(s) and s[j] in "({" and (end := _bracket_end(s, j)) is not None:
+    if j < len(s) and s[j] in "({" and (end := bracket_end(s, j)) is not None:
         radicand = s[j + 1 : end - 1] if s[j] == "{" else s[j:end]  # {...} keeps its contents, (...) its parentheses
         return f"{root}{{{radicand}}}{s[end:]}"
     m = _RADICAND.match(s, i + 1)
@@ -87,5 +87,5 @@ def _radical(s: str, i: int) -> str:
         return s[i:]
     end = m.end()
     while m.group(1).startswith("\\") and end < len(s) and s[end] == "{":  # a command's arguments: \frac{1}{4}
-        end = _bracket_end(s, end) or len(s)
+        end = bracket_end(s, end) or len(s)
     return f"{root}{{{s[m.start(1) : end]}}}{s[end:]}"
