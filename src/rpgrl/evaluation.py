@@ -299,8 +299,13 @@ class BenchmarkResult:
     votes: list[list[str | None]] = field(default_factory=list)
 
 
+def _is_count(value: object) -> bool:
+    """An int >= 1 (a bool is not a count): what k, the token and batch sizes and limit_problems must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def _as_benchmark(b: Benchmark | str | Path, limit: int | None) -> Benchmark:
-    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
+    if limit is not None and not _is_count(limit):
         raise ValueError(f"limit_problems must be an integer >= 1 (or None for all), got {limit!r}")
     if not isinstance(b, Benchmark | str | Path):
         raise ValueError(f"a benchmark is a Benchmark or a parquet/JSONL path, got {type(b).__name__}")
@@ -328,7 +333,7 @@ def run_benchmarks(
     timeout: float = 1.0,
 ) -> list[BenchmarkResult]:
     """Sample `k` responses per problem through `sampler`, score them with `math_score`, compute the metrics."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if not _is_count(k):
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if mode not in MODES:
         raise ValueError(f"unknown math scoring mode {mode!r}; valid: {', '.join(MODES)}")
@@ -388,9 +393,8 @@ def evaluate(
               "max_prompt_length": max_prompt_length}  # fmt: skip
     for name, value in counts.items():
         optional = name != "max_new_tokens"
-        if (value is not None or not optional) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be an integer >= 1{' or None' if optional else ''}, "
-                             f"got {value!r}")  # fmt: skip
+        if not (_is_count(value) or (optional and value is None)):
+            raise ValueError(f"{name} must be an integer >= 1{' or None' if optional else ''}, got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {seed!r}")
     if sampler is None:
@@ -520,7 +524,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     for name in ("k", "max_new_tokens", "batch_size", "limit_problems", "max_prompt_length"):
         value = getattr(args, name)
-        if value is not None and value < 1:
+        if value is not None and not _is_count(value):
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     # scorer, data and output-folder errors before the model is loaded and sampled from
     if args.mode == "equiv":
@@ -547,8 +551,9 @@ def _main(argv: Sequence[str] | None) -> int:
 def _check_unused(out: Path) -> None:
     from rpgrl.trainer.rundir import is_run_config
 
-    for run in out.resolve().parents:  # the folders a training run rewrites: pruned checkpoints, a re-exported model
-        managed = out.resolve().relative_to(run).parts[0]
+    where = out.resolve()
+    for run in where.parents:  # the folders a training run rewrites: pruned checkpoints, a re-exported model
+        managed = where.relative_to(run).parts[0]
         if managed in ("checkpoints", "model") and is_run_config(run / "config.json"):
             raise UsageError(f"--out {out} lies inside the training run {run}, whose {managed}/ a --resume rewrites "
                              "or prunes: pass a folder outside it (e.g. the run's own eval/)")  # fmt: skip
