@@ -102,3 +102,30 @@ def test_rpg_loss_and_train_config_refuse_the_same(changes, option, match):
     overrides = [(f"loss.{LOSS_KEYS.get(k, k)}", str(v)) for k, v in changes.items()]
     with pytest.raises(UsageError, match=f"loss.{key}"):
         check(apply_overrides(Config(), overrides))
+
+
+def test_numpy_and_fraction_numbers_are_accepted_as_their_float():
+    """A probe's: numpy float64 options passed and numpy float32 ones were refused as not real numbers. Any real
+    number is taken, as the Python float of its value: the loss and its gradient equal those of the floats."""
+    import fractions
+
+    import numpy as np
+
+    numbers = dict(beta=np.float32(0.25), eps_low=fractions.Fraction(1, 5), eps_high=np.float64(0.28), c=np.int64(3),
+                   max_log_w=np.float16(4.0))  # fmt: skip
+    checked = RPGOptions(**numbers).check()
+    assert all(type(getattr(checked, k)) is (int if k == "c" else float) for k in numbers)
+    assert checked.beta == float(np.float32(0.25)) and checked.eps_low == 0.2 and checked.c == 3
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    adv, mask = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64), torch.ones(3, 4)
+    grads = []
+    for opts in (numbers, {k: float(v) for k, v in numbers.items()}):
+        logp = old + 0.3 * torch.randn(3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        logp.requires_grad_(True)
+        out = rpg_loss(logp, old, adv, mask, divergence="fkl", style="differentiable", clip="dual", **opts)
+        out.loss.backward()
+        grads.append((out.loss.detach(), logp.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    with pytest.raises(OptionError, match="beta must be a real number"):
+        RPGOptions(beta=np.bool_(True)).check()

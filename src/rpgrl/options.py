@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -100,13 +101,14 @@ class RPGOptions:
         return self.clip is None or released
 
     def check(self) -> RPGOptions:
-        """Raise `OptionError` (one line, naming the option) for options `rpg_loss` cannot use. Returns self."""
+        """Raise `OptionError` (one line, naming the option) for options `rpg_loss` cannot use. Returns the options
+        with each number as a Python float or int (a numpy scalar or a Fraction is accepted; torch takes these)."""
         self.check_values()
         _need(self.clip != "truncate" or self.style == "reinforce", "clip",
               "clip='truncate' (truncated importance weights, Remark F.2) needs style='reinforce'")  # fmt: skip
         _need(self.kl_value_clamp is None or self.separate_kl, "kl_value_clamp", "kl_value_clamp clamps a separate "
               "KL term: use style='differentiable' with clip=None or kl_in_clip=False")  # fmt: skip
-        return self
+        return dataclasses.replace(self, **{name: _plain(getattr(self, name)) for name in _NUMBERS})
 
     def check_values(self) -> RPGOptions:
         """Each option on its own (choices, ranges), not the rules that tie two options together. Returns self."""
@@ -116,7 +118,7 @@ class RPGOptions:
                 raise OptionError(name, f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
         _need(isinstance(self.kl_in_clip, bool), "kl_in_clip",  # "false" would act as True
               f"kl_in_clip must be true or false (a bool), got {self.kl_in_clip!r}")  # fmt: skip
-        for name in ("beta", "eps_low", "eps_high", "c", "kl_value_clamp", "max_log_w"):
+        for name in _NUMBERS:
             value = getattr(self, name)
             if value is None and name in ("kl_value_clamp", "max_log_w"):
                 continue
@@ -158,10 +160,19 @@ def none_word(value: Any) -> Any:
     return None if isinstance(value, str) and value.strip().lower() in ("none", "null") else value
 
 
+_NUMBERS = ("beta", "eps_low", "eps_high", "c", "kl_value_clamp", "max_log_w")
+
+
 def _real(x: Any) -> bool:
-    if isinstance(x, bool) or not isinstance(x, int | float):
+    """A real number that is not a bool or NaN: Python's, numpy's (float32 too) or a Fraction."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
         return False
-    return isinstance(x, int) or not math.isnan(x)  # (math.isnan of an int beyond float's range overflows)
+    return isinstance(x, numbers.Integral) or not math.isnan(x)  # (math.isnan of an int past float's range overflows)
+
+
+def _plain(x: Any) -> Any:
+    """A checked number as a Python int or float (None as is)."""
+    return x if x is None else int(x) if isinstance(x, numbers.Integral) else float(x)
 
 
 def _need(ok: bool, option: str, message: str) -> None:
