@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import errno
 import importlib
+import os
+import signal
 import sys
+import threading
 
-from rpgrl.errors import UsageError, one_line
+from rpgrl.errors import TermAsInterrupt, UsageError, interrupt_signal, one_line
 from rpgrl.rewards._mathverify import WorkerError
 
 # OSErrors that a path a user gave explains (too long, not readable, a file where a folder should be): one line too
@@ -32,6 +35,7 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    entry = argv is None  # the process's own command line: this process ends when main returns
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
@@ -40,9 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"rpgrl: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    code = _run(name, rest)
+    if entry:
+        _exit_on_signal(code)
+    return code
+
+
+def _run(name: str, rest: list[str]) -> int:
     module, func, _ = COMMANDS[name]
     try:
-        return int(getattr(importlib.import_module(module), func)(rest) or 0)
+        with (
+            TermAsInterrupt()
+        ):  # a signal while the subcommand's modules load (seconds, with torch): one line, not a traceback
+            command = getattr(importlib.import_module(module), func)
+        return int(command(rest) or 0)
+    except KeyboardInterrupt as e:  # that, or a signal a subcommand did not catch
+        sig = interrupt_signal(e)
+        print(f"rpgrl {name}: stopped by {sig.name}", file=sys.stderr)
+        return 128 + sig
     except (UsageError, FileNotFoundError, WorkerError) as e:  # WorkerError: math-verify installed but broken
         print(f"rpgrl {name}: error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -51,6 +70,22 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rpgrl {name}: error: {one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _exit_on_signal(code: int) -> None:
+    """The command is done: a SIGINT / SIGTERM while the interpreter shuts down (freeing torch can take a second)
+    ends the process at once with the command's own exit code, where it was a traceback or a kill (-15) that made
+    a finished run look failed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`rpgrl eval ... | head`)
+            pass
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, lambda signum, frame: os._exit(code))
 
 
 if __name__ == "__main__":

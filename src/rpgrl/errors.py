@@ -2,6 +2,8 @@
 
 import argparse
 import os
+import signal
+import threading
 from pathlib import Path
 
 
@@ -14,6 +16,35 @@ class Diverged(FloatingPointError, ValueError):
     most often from a learning rate or reward scale far too large. Nothing of the failing step is saved; `rpgrl
     train` prints it as one line and exits with code 2, and the run keeps its last checkpoint. A FloatingPointError
     (the reproduction runner records a diverged run as a result) and a ValueError (bad numbers in)."""
+
+
+class TermAsInterrupt:
+    """While inside (in the main thread): SIGTERM raises KeyboardInterrupt as SIGINT does, so a command stopped
+    before it installs its own handling (imports, config checks) ends with one line, not a traceback or a silent
+    kill. `interrupt_signal(e)` says which signal it was."""
+
+    def __init__(self) -> None:
+        self.previous = None
+
+    def __enter__(self) -> "TermAsInterrupt":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    def _raise(self, signum: int, frame) -> None:
+        stop = KeyboardInterrupt(signal.Signals(signum).name)
+        stop.signum = signum
+        raise stop
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
+
+
+def interrupt_signal(e: KeyboardInterrupt) -> signal.Signals:
+    """The signal behind a KeyboardInterrupt: the `signum` a handler gave it (`TermAsInterrupt`), else SIGINT."""
+    return signal.Signals(getattr(e, "signum", signal.SIGINT))
 
 
 def one_line(e: BaseException) -> str:

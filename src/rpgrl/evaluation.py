@@ -33,16 +33,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 from rpgrl.data import Benchmark, Messages, Problem, load_benchmark, prompt_text
-from rpgrl.errors import ArgumentParser, UsageError, check_token_ids, dir_problem, first_line, seed_arg
+from rpgrl.errors import (
+    ArgumentParser,
+    TermAsInterrupt,
+    UsageError,
+    check_token_ids,
+    dir_problem,
+    first_line,
+    interrupt_signal,
+    seed_arg,
+)
 from rpgrl.rewards.math import (
     INVALID,
     MODES,
@@ -489,35 +496,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `rpgrl eval`. SIGINT / SIGTERM stop it with one line and exit code 128 + the signal, the
     --out folder taken back when nothing was written to it (SIGINT printed a traceback; SIGTERM left the folder
     holding only its lock)."""
-    stop = _SignalStop()
     try:
-        with stop:
+        with TermAsInterrupt():
             return _main(argv)
-    except KeyboardInterrupt:
-        name = signal.Signals(stop.signum).name
-        print(f"rpgrl eval: stopped by {name} before the report was written", file=sys.stderr)
-        return 128 + stop.signum
-
-
-class _SignalStop:
-    """While inside (in the main thread): SIGTERM raises KeyboardInterrupt as SIGINT does; `signum` says which."""
-
-    def __init__(self) -> None:
-        self.signum = int(signal.SIGINT)
-        self.previous = None
-
-    def __enter__(self) -> _SignalStop:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._raise)
-        return self
-
-    def _raise(self, signum: int, frame) -> None:
-        self.signum = signum
-        raise KeyboardInterrupt
-
-    def __exit__(self, *exc) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+    except KeyboardInterrupt as e:
+        sig = interrupt_signal(e)
+        print(f"rpgrl eval: stopped by {sig.name} before the report was written", file=sys.stderr)
+        return 128 + sig
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -73,8 +73,11 @@ def _suite(out, seeds: list[int], **kw) -> dict:
 
 def _child(out: str) -> None:
     """The subprocess tests' suite: seed 0 finishes, then two slow runs go on while three more are queued."""
+    from rpgrl.errors import TermAsInterrupt
+
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if pytest runs in background
-    _suite(out, [0, *range(SLOW, SLOW + 5)])
+    with TermAsInterrupt():  # as `rpgrl reproduce` runs it: the suite's own handling replaces this one inside
+        _suite(out, [0, *range(SLOW, SLOW + 5)])
 
 
 def _started(out: Path) -> dict[str, int]:
@@ -279,3 +282,16 @@ def test_a_diverged_run_scores_zero(tmp_path):
     r = summarize_run(tmp_path, "FloatingPointError: non-finite loss at step 12")
     assert (r["start"], r["final"], r["best"], r["sampled"]) == (0.4, 0.0, 0.0, 0.0)
     assert r["collapsed"] and r["error"].startswith("FloatingPointError")
+
+
+def test_the_suite_takes_sigterm_over_from_the_command_and_gives_it_back():
+    """`rpgrl reproduce` runs inside `TermAsInterrupt`; the suite's own handling (whose `quiet()` keeps a second
+    signal from breaking off the workers' cleanup) must replace it there, not leave it in place as another's."""
+    from rpgrl.errors import TermAsInterrupt
+    from rpgrl.reproduce.runner import _StopOnSignals
+
+    with TermAsInterrupt():
+        command = signal.getsignal(signal.SIGTERM)
+        with _StopOnSignals() as stop:
+            assert signal.getsignal(signal.SIGTERM) == stop._handle
+        assert signal.getsignal(signal.SIGTERM) == command

@@ -136,7 +136,8 @@ def test_fresh_run_into_existing_run_refused(capsys, finished_run):
 
 
 def test_resume_needs_a_run(capsys, tmp_path):
-    assert "no run to resume" in _fail(capsys, ["--resume", "--out", str(tmp_path / "none")])
+    err = _fail(capsys, ["--resume", "--out", str(tmp_path / "none")])
+    assert "no run to resume" in err and "run its command again without --resume" in err
     assert "--resume needs --out" in _fail(capsys, ["--resume"])
 
 

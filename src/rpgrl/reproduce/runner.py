@@ -42,7 +42,7 @@ from typing import Any
 
 from rpgrl import metrics as M
 from rpgrl.config import TINY_SIZES, Config, ModelConfig, SFTConfig, config_from_dict, config_to_dict
-from rpgrl.errors import UsageError, first_line
+from rpgrl.errors import TermAsInterrupt, UsageError, first_line
 
 SUITE_VERSION = 1
 """bumped when a change to the trainer changes what a cached run would compute"""
@@ -239,7 +239,8 @@ class _StopOnSignals:
     `signum`) wherever the main thread is waiting, so the suite stops cleanly whichever signal a user, a scheduler or
     a closed terminal sends; later ones, and any after `quiet()`, are ignored (the cleanup is short and bounded).
     A signal ignored when entering (nohup's SIGHUP, SIGINT in a background job) stays ignored, and a SIGTERM or
-    SIGHUP handler someone else installed is left in place. The old handlers are restored on exit."""
+    SIGHUP handler someone else installed (not `TermAsInterrupt`'s) is left in place. The old handlers are restored
+    on exit."""
 
     SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
@@ -252,7 +253,7 @@ class _StopOnSignals:
             return self
         for s in self.SIGNALS:
             current = signal.getsignal(s)
-            if current in (signal.SIG_DFL, signal.default_int_handler) or (s == signal.SIGINT and current is None):
+            if _replaceable(s, current):
                 self._previous[s] = signal.signal(s, self._handle)
         return self
 
@@ -270,6 +271,12 @@ class _StopOnSignals:
             stop = KeyboardInterrupt(signal.Signals(signum).name)
             stop.signum = signum
             raise stop
+
+
+def _replaceable(s: int, current: Any) -> bool:
+    """Python's own handling of signal `s`, or `rpgrl.errors.TermAsInterrupt`'s (the command's, while it loads)."""
+    ours = isinstance(getattr(current, "__self__", None), TermAsInterrupt)
+    return ours or current in (signal.SIG_DFL, signal.default_int_handler) or (s == signal.SIGINT and current is None)
 
 
 KILL_WAIT = 10.0

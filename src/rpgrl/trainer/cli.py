@@ -7,7 +7,8 @@ on top, and a PRESET, if given, must describe the same run.
 
 Exit codes: 0 done; 2 bad input (one line on stderr, nothing in DIR changed); 130 / 143 stopped by SIGINT / SIGTERM
 after the current step and a checkpoint (one line on stderr naming the `--resume` command; a second signal stops at
-once).
+once), or before the run started (config checks, imports: nothing written). A signal after the last checkpoint,
+while the model, curves and summary are written, lets the run finish (0).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from rpgrl.config import Config, apply_overrides, check, config_from_dict, help_text
-from rpgrl.errors import Diverged, UsageError, one_line
+from rpgrl.errors import Diverged, TermAsInterrupt, UsageError, interrupt_signal, one_line
 from rpgrl.presets import PRESETS, get_preset, preset_table
 from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
@@ -80,7 +81,8 @@ def resolve_config(args: Args) -> tuple[Config, str]:
         raise UsageError("--resume needs --out DIR (the run to continue)")
     saved_file = Path(args.out) / "config.json"
     if not saved_file.is_file():
-        raise UsageError(f"--resume: no run to resume in {args.out} (no config.json)")
+        raise UsageError(f"--resume: no run to resume in {args.out} (no config.json: a run stopped in its first "
+                             "seconds saved nothing): run its command again without --resume")  # fmt: skip
     try:
         saved = config_from_dict(json.loads(saved_file.read_text()))
     except json.JSONDecodeError as e:
@@ -114,24 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out = None
     try:
-        args = parse_args(argv)
-        if args.help:
-            base = get_preset(args.preset) if args.preset in PRESETS else Config()
-            print(f"{USAGE}\n\npresets:\n{preset_table()}\n\noptions:\n"
-                  "  --out DIR          run directory (default: runs/PRESET-TIMESTAMP)\n"
-                  "  --max-steps N      total RL steps (= --train.max_steps)\n"
-                  "  --seed S           seed (= --train.seed)\n"
-                  "  --resume           continue the run in DIR up to --max-steps\n\n"
-                  f"config (defaults of {args.preset or 'default'}):\n{help_text(base)}")  # fmt: skip
+        with (
+            TermAsInterrupt()
+        ):  # a signal while the config is checked and torch / transformers load: one line, nothing written
+            prepared = _prepare(argv)
+        if prepared is None:
             return 0
-        if args.out is not None:
-            check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
-        cfg, name = resolve_config(args)
-        out = args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        from rpgrl.trainer.loop import train
-
+        cfg, out, resume, train = prepared
         with StopSignals() as stop:
-            train(cfg, out, resume=args.resume, stop=stop)
+            train(cfg, out, resume=resume, stop=stop)
     except UsageError as e:
         print(f"rpgrl train: error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -141,4 +134,39 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as e:
         print(f"rpgrl train: {e}", file=sys.stderr)
         return e.exit_code
+    except KeyboardInterrupt as e:  # before the run started, or a second Ctrl-C during it (stopped at once)
+        sig = interrupt_signal(e)
+        print(f"rpgrl train: {_stopped_now(sig.name, out)}", file=sys.stderr)
+        return 128 + sig
     return 0
+
+
+def _prepare(argv: list[str]):
+    """Parse and check the command, then load the trainer: (config, run directory, resume, train), or None after
+    printing --help. Reads only: a UsageError or a signal here leaves every file as it was."""
+    args = parse_args(argv)
+    if args.help:
+        base = get_preset(args.preset) if args.preset in PRESETS else Config()
+        print(f"{USAGE}\n\npresets:\n{preset_table()}\n\noptions:\n"
+              "  --out DIR          run directory (default: runs/PRESET-TIMESTAMP)\n"
+              "  --max-steps N      total RL steps (= --train.max_steps)\n"
+              "  --seed S           seed (= --train.seed)\n"
+              "  --resume           continue the run in DIR up to --max-steps\n\n"
+              f"config (defaults of {args.preset or 'default'}):\n{help_text(base)}")  # fmt: skip
+        return None
+    if args.out is not None:
+        check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
+    cfg, name = resolve_config(args)
+    out = args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from rpgrl.trainer.loop import train
+
+    return cfg, out, args.resume, train
+
+
+def _stopped_now(signal_name: str, out: str | None) -> str:
+    """The line for a run stopped at once: before it started (`out` None), or by a second signal during it."""
+    if out is None:
+        return f"stopped by {signal_name} before the run started; nothing was written"
+    if (Path(out) / "config.json").is_file():
+        return f"stopped by {signal_name} at once; continue with: rpgrl train --out {out} --resume"
+    return f"stopped by {signal_name} at once, before the run saved anything; run the command again"

@@ -370,6 +370,8 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
     tracker.close()
     end_acc = last[M.EVAL_ACCURACY]
     _stop_if_signalled(stop, step, out)  # before writing model/, which a follow-up SIGKILL could leave half-written
+    if stop is not None:
+        stop.finishing()  # a signal from here on: the few seconds left finish the run (exit 0), not a stop
     _export(run.model, run.tokenizer, out / "model", progress=cfg.train.progress)
     plot_metrics(read_metrics(out / "metrics.jsonl"), out / "curves.png")
     summary = {

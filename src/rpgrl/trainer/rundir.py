@@ -3,14 +3,16 @@
 * `check_run_dir(out, resume)` runs before anything is loaded or written. A fresh run needs `out` to be absent or
   empty, a directory (not a file, not below a file) in a place we can write; `--resume` needs a saved config. A run
   that stopped before its first checkpoint (killed in the warm start, a crash in the first steps) has nothing to
-  continue from: `--resume` starts it over from step 0 in the same directory, so every stopped run can be resumed.
+  continue from: `--resume` starts it over from step 0 in the same directory, so every run that wrote its
+  config.json can be resumed (one stopped in its first seconds wrote nothing: its command is run again).
 * `RunLock(out)`: one process per run directory (an advisory lock on `<out>/.lock`, released when the process ends,
   however it ends); a second `rpgrl train` on a directory in use is refused, so two processes never interleave
   their metrics and checkpoints.
 * `StopSignals` turns the first SIGTERM or SIGINT into a request: the trainer finishes the current step, writes a
   checkpoint and raises `Interrupted`; `rpgrl train` prints one line and exits with 128 + the signal number (130
   for Ctrl-C, 143 for SIGTERM, the shell's convention), so a scheduler sees that the run did not finish. A second
-  signal is not caught: it acts as if no handler were installed (KeyboardInterrupt, or the default termination).
+  signal is not caught: it acts as if no handler were installed (KeyboardInterrupt, which `rpgrl train` prints as
+  one line, or the default termination). Once the last checkpoint is written, a first signal lets the run finish.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
         raise UsageError(f"--out {out}: cannot read its checkpoints folder: {e.strerror or e}") from None
     if resume:
         if not (out / "config.json").is_file():
-            raise UsageError(f"--resume: no run to resume in {out} (no config.json)")
+            raise UsageError(f"--resume: no run to resume in {out} (no config.json: a run stopped in its first "
+                             "seconds saved nothing): run its command again without --resume")  # fmt: skip
         if has_checkpoint:
             return False
         further = _got_further(out)
@@ -201,6 +204,11 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
+        self._action = "stopping at the end of this step"
+
+    def finishing(self) -> None:
+        """The run's steps are done and its last checkpoint written: a first signal from now on lets it finish."""
+        self._action = "the run is complete, writing its model, curves and summary first"
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -219,7 +227,7 @@ class StopSignals:
         if self.received is None:
             self.received = signum
             name = signal.Signals(signum).name
-            os.write(2, f"rpgrl train: {name}: stopping at the end of this step (again to stop now)\n".encode())
+            os.write(2, f"rpgrl train: {name}: {self._action} (again to stop now)\n".encode())
             return
         previous = self._previous.get(signum, signal.SIG_DFL)
         self._restore()  # the second signal: as if no handler had been installed
