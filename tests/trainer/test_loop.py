@@ -810,3 +810,21 @@ def test_run_files_are_strict_json_without_a_held_out_set(tmp_path):
         lines = (tmp_path / "run" / name).read_text().splitlines()
         assert lines and all(strict(line)["step"] >= 0 for line in lines)
     assert strict(lines[0]).get("eval/accuracy", None) is None
+
+
+@pytest.mark.parametrize("name", ["rpg", "grpo"])
+def test_a_fixed_anchor_reaches_the_loss_and_the_kl_metric(tmp_path, name):
+    """On-policy (one epoch, one mini-batch) pi_theta equals the sampler in every micro-batch, so a KL to the sampler
+    is exactly 0: with `ref.mode fixed` the loss's KL term and `kl/anchor` must measure the initial model instead,
+    which the policy leaves after its first optimizer step. (A review's mutants: GRPO given `old_logp` as its
+    reference, or `kl/anchor` taken to the sampler, passed every test.)"""
+    loss = [("loss.name", "grpo"), ("loss.advantage", "grpo"), ("loss.kl", "k3")] if name == "grpo" else []
+    base = [("train.mini_batch_prompts", "4"), ("train.max_steps", "4"), ("optim.warmup_steps", "0"), *loss]
+    for mode in ("fixed", "behaviour"):
+        loop.train(tiny(*base, ("ref.mode", mode)), tmp_path / mode)
+    fixed, behaviour = (read_metrics(tmp_path / m / "metrics.jsonl") for m in ("fixed", "behaviour"))
+    term = M.KL_PENALTY if name == "grpo" else "kl/urkl"
+    assert all(r["optim/steps"] == 1 for r in fixed + behaviour)
+    assert all(r[M.KL_ANCHOR] == 0 and abs(r[term]) < 1e-12 for r in behaviour)  # to the sampler: nothing
+    assert fixed[0][M.KL_ANCHOR] == 0  # step 1: the initial model sampled it
+    assert all(r[M.KL_ANCHOR] > 1e-6 and r[term] > 1e-6 for r in fixed[1:]), [(r[M.KL_ANCHOR], r[term]) for r in fixed]

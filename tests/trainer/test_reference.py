@@ -87,3 +87,27 @@ def test_fixed_never_refreshes_and_state_round_trips():
     other = Anchor(RefConfig(mode="fixed"), _policy(1))
     other.load_state_dict(anchor.state_dict())
     assert torch.equal(other.model.weight, initial)
+
+
+def test_adaptive_average_weights_the_new_kl_by_ema_and_decides_on_the_average():
+    """ema 0.1 (the default): the average moves a tenth of the way to each new KL (with 0.5, as above, swapped
+    weights give the same numbers), and the refresh reads the average, not the step's own KL."""
+    policy = _policy(0)
+    anchor = Anchor(RefConfig(mode="adaptive", kappa=0.05, ema=0.1), policy)
+    assert not anchor.after_step(1, policy, 0.02) and anchor.ema == 0.02  # the first value as it is
+    assert not anchor.after_step(2, policy, 0.3)  # the step's KL is above kappa; the average is not
+    assert math.isclose(anchor.ema, 0.9 * 0.02 + 0.1 * 0.3, rel_tol=1e-12)  # 0.048
+    assert anchor.after_step(3, policy, 0.07) and anchor.refreshes == 1  # 0.9 x 0.048 + 0.1 x 0.07 = 0.0502
+
+
+def test_adaptive_average_survives_a_resume():
+    """The average is part of the anchor's state: a resumed run refreshes when the straight run would."""
+    policy = _policy(0)
+    anchor = Anchor(RefConfig(mode="adaptive", kappa=0.05, ema=0.5), policy)
+    anchor.after_step(1, policy, 0.01)
+    resumed = Anchor(RefConfig(mode="adaptive", kappa=0.05, ema=0.5), _policy(1))
+    resumed.load_state_dict(anchor.state_dict())
+    assert resumed.ema == 0.01 and torch.equal(resumed.model.weight, anchor.model.weight)
+    # 0.5 x 0.01 + 0.5 x 0.07 = 0.04 <= 0.05: no refresh (an average started over would hold 0.07 and refresh)
+    assert not resumed.after_step(2, policy, 0.07) and not anchor.after_step(2, policy, 0.07)
+    assert math.isclose(resumed.ema, 0.04) and math.isclose(anchor.ema, 0.04)
