@@ -220,6 +220,8 @@ def test_tracker_last_and_best():
     logged = t.update(20, {"eval/aime/mean@32": 0.45, "eval/amc/mean@32": 0.2})
     assert logged == {"eval/aime/best_mean@32": 0.5, "eval/amc/best_mean@32": 0.3}
     assert t.summary()["aime"] == {"last": 0.45, "last_step": 20, "best": 0.5, "best_step": 0}
+    t.update(30, {"eval/aime/mean@32": 0.5})  # a tie: "Best" keeps the step that reached it first
+    assert t.summary()["aime"] == {"last": 0.5, "last_step": 30, "best": 0.5, "best_step": 0}
     t0 = EvalTracker(metric="mean@32", include_step0=False)
     t0.update(0, {"eval/aime/mean@32": 0.5})
     t0.update(10, {"eval/aime/mean@32": 0.4})

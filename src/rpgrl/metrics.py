@@ -1,6 +1,7 @@
 """Names of the metrics that something reads back: the progress bar, `curves.png`, the trainer's own decisions,
-`rpgrl reproduce` and the README. Producers and readers both use these constants; tests/test_metrics.py runs
-short RL runs and checks that every name read here, and every metric the README mentions, is emitted.
+`rpgrl reproduce` and the README. Producers and readers both use these constants; a test
+(`tests/trainer/test_loop.py::test_off_policy_update_shows_the_regime`) runs short RL runs and checks that every
+name read here, and every metric the README mentions, is emitted.
 
 Metrics nobody reads back (most `perf/*`, ...) are written as literals where they are made.
 Standard library only.

@@ -447,3 +447,55 @@ def test_ppo_loss_reports_log_w_like_rpg_loss():
     r = rpg_loss(logp, old, adv, mask, divergence="urkl", style="reinforce", beta=0.0).metrics
     for k in ("log_w/max", "log_w/min", "log_w/abs_mean"):
         assert m[k].item() == pytest.approx(r[k].item(), rel=1e-12), k
+
+
+def test_zero_advantage_tokens_count_in_no_clip_fraction():
+    """A = 0 (every member of a group with equal rewards) has no gradient in any region, and is no clipped token:
+    at w below 1 - eps_low or above c it counted in clip/frac_low and clip/frac_dual under a review's mutant."""
+    logp, old, adv, mask = one_token_batch([0.0, 0.0, 0.0, -1.0], [0.5, 4.0, 1.5, 0.5])
+    out = ppo_loss(logp, old, adv, mask, eps_low=EPS_LO, eps_high=EPS_HI, clip_c=C)
+    assert close(per_token_grad(out, logp)[:3], [0.0, 0.0, 0.0])
+    assert [out.metrics[k].item() for k in ("clip/frac_low", "clip/frac_dual", "clip/frac_high")] == [0.25, 0, 0]
+
+
+@pytest.mark.parametrize("A, bound, key", [(1.0, "high", "clip/frac_high"), (-1.0, "low", "clip/frac_low"),
+                                           (-1.0, "dual", "clip/frac_dual")])  # fmt: skip
+def test_a_ratio_exactly_on_a_bound_is_clipped(A, bound, key):
+    """Ties are clipped rows, as in rpg_loss (spec 4.2): w exactly 1 + eps_high (A > 0), 1 - eps_low or c (A < 0)
+    is a constant with no gradient, and counts as clipped."""
+    eps_low, eps_high, c = 0.25, 0.25, 4.0  # exp(log(b)) == b for these in float64 (checked below)
+    w = {"high": 1 + eps_high, "low": 1 - eps_low, "dual": c}[bound]
+    logp = torch.tensor([[math.log(w)]], dtype=F64, requires_grad=True)
+    old = torch.zeros(1, 1, dtype=F64)
+    assert torch.exp(logp.detach() - old).item() == w
+    out = ppo_loss(logp, old, torch.tensor([A], dtype=F64), torch.ones(1, 1), eps_low=eps_low, eps_high=eps_high,
+                   clip_c=c)  # fmt: skip
+    assert per_token_grad(out, logp).item() == 0.0 and out.metrics[key].item() == 1.0
+    assert close(out.per_token.detach(), -A * w)
+
+
+def test_k1_kl_clamp_binds_on_both_sides():
+    """k1 = logp - ref clamped to [-K, K]: below the reference by more than K the value is -K with no gradient,
+    as above it is +K (a review's mutants clamped, or counted, the upper side only)."""
+    logp = torch.tensor([[-20.0, 0.0, -1.0]], dtype=F64, requires_grad=True)
+    ref = torch.tensor([[0.0, -20.0, -1.5]], dtype=F64)
+    out = ppo_loss(logp, logp.detach(), torch.zeros(1, dtype=F64), torch.ones(1, 3), kl="k1", beta=1.0,
+                   ref_logp=ref, kl_clamp=5.0)  # fmt: skip
+    assert close(out.per_token.detach(), [[-5.0, 5.0, 0.5]])
+    (g,) = torch.autograd.grad(out.loss, logp)
+    assert close(g, [[0.0, 0.0, 1 / 3]]) and close(out.metrics["kl/frac_clamped"], 2 / 3)
+
+
+def test_log_w_extremes_ignore_padding_when_every_ratio_is_above_one():
+    """log_w/min over valid tokens only: with every valid log w > 0 a padding fill of 0 would read as the min."""
+    g = torch.Generator().manual_seed(1)
+    old = -torch.rand(3, 4, generator=g, dtype=F64) - 0.5
+    logp = old + 0.2 + 0.3 * torch.rand(3, 4, generator=g, dtype=F64)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
+    lw = (logp - old)[mask]
+    from rpgrl.objectives import rpg_loss
+
+    for m in (ppo_loss(logp, old, torch.ones(3, dtype=F64), mask).metrics,
+              rpg_loss(logp, old, torch.ones(3, dtype=F64), mask, divergence="urkl", style="reinforce",
+                       beta=0.0).metrics):  # fmt: skip
+        assert m["log_w/min"].item() == lw.min().item() > 0.2 and m["log_w/max"].item() == lw.max().item()

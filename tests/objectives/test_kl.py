@@ -296,3 +296,43 @@ def test_corrected_grpo_term_where_w_overflows_and_k3_is_small(ref):
         assert term.item() == math.inf
     else:
         assert term.item() == pytest.approx(want, rel=1e-5)
+
+
+def test_log_ratio_clamp_binds_on_both_sides():
+    """log(ref / pi) clamped to [-C, C]: pi above ref by 29 nats is evaluated at -20 (k3 = e^-20 - 1 + 20) with a
+    zero gradient, as pi below ref by 29 is at +20 (a review's mutant clamped one side only)."""
+    lp = torch.tensor([[0.0, -29.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-29.0, 0.0, -0.6]], dtype=torch.float64)
+    out = kl_penalty(lp, ref, "k3", log_ratio_clamp=20.0)
+    expected = [math.exp(-20.0) - 1 + 20.0, math.exp(20.0) - 1 - 20.0, math.expm1(-0.1) + 0.1]
+    assert out[0].tolist() == pytest.approx(expected, rel=1e-12)
+    (g,) = torch.autograd.grad(out.sum(), lp)
+    assert g[0, :2].tolist() == [0.0, 0.0] and g[0, 2] == pytest.approx(1 - math.exp(-0.1), rel=1e-12)
+
+
+def _upstream_gradcheck(f, *inputs):
+    """gradcheck with an upstream gradient of both signs: the custom backwards must carry its sign (one that
+    dropped it gave the gradient of +sum for -sum, where every built-in loss passes a positive one)."""
+    g = torch.Generator().manual_seed(3)
+    weights = torch.randn(f(*inputs).shape, generator=g, dtype=torch.float64)
+    assert (weights > 0).any() and (weights < 0).any()
+    assert torch.autograd.gradcheck(lambda *x: (f(*x) * weights).sum(), inputs)
+
+
+@pytest.mark.parametrize("direction", ["reverse", "forward"])
+def test_anchored_term_gradient_under_a_signed_upstream_gradient(direction):
+    g = torch.Generator().manual_seed(2)
+    logp = (-torch.rand(3, 4, generator=g, dtype=torch.float64) - 0.1).requires_grad_(True)
+    anchor, sampler = (-torch.rand(3, 4, generator=g, dtype=torch.float64) - 0.1 for _ in range(2))
+    _upstream_gradcheck(lambda lp: anchored_kl_term(lp, anchor, sampler, direction=direction), logp)
+    _upstream_gradcheck(lambda lp: grpo_kl_term(lp, anchor, sampler, corrected=True), logp)
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
+def test_rho_phi_gradient_under_a_signed_upstream_gradient(divergence):
+    from rpgrl.objectives.divergences import rho_phi
+
+    g = torch.Generator().manual_seed(4)
+    log_u = (0.5 * torch.randn(3, 4, generator=g, dtype=torch.float64)).requires_grad_(True)
+    log_rho = 0.5 * torch.randn(3, 4, generator=g, dtype=torch.float64)
+    _upstream_gradcheck(lambda lu: rho_phi(divergence, lu, log_rho, scale=0.3), log_u)

@@ -79,7 +79,7 @@ def test_unknown_mode():
     "normalizer",
     # a probe's: True counted as 1, a complex count and an int past float's range raised torch's / math's errors
     [0, -3.0, math.nan, math.inf, torch.tensor(0.0), torch.ones(2), "8", torch.tensor(True), torch.tensor(4 + 0j),
-     10**400, 2**63],
+     10**400, 2**63, torch.tensor(math.inf), torch.tensor(math.nan)],  # a tensor inf gave a loss of 0
 )  # fmt: skip
 def test_normalizer_must_be_one_positive_finite_count(normalizer):
     x, mask, _ = data()

@@ -527,6 +527,28 @@ def test_truncated_importance_weights(div):
 
 
 @pytest.mark.parametrize("div", DIVS)
+def test_truncated_importance_weights_with_a_separate_anchor(div):
+    """clip='truncate' with an anchor: the KL part is taken at the truncated weight, C = rho C_1(uc) with uc =
+    wc / rho (C_1: the anchor = sampler table); the clip fractions count w below 1 - eps_low and above 1 + eps_high,
+    and loss/policy is the total less loss/kl."""
+    beta = 0.4
+    lp, lpo, A = random_tokens(500, seed=5, spread=2.0)
+    anchor = lpo + 0.5 * torch.randn(lpo.shape, generator=torch.Generator().manual_seed(6), dtype=DT)
+    out, g = token_grads(lp, lpo, A, divergence=div, beta=beta, clip="truncate", style="reinforce",
+                         anchor_logp=anchor, **CLIP_KW)  # fmt: skip
+    w = torch.exp(lp - lpo)[0]
+    wc, rho = w.clamp(1 - EPS_LO, 1 + EPS_HI), torch.exp(anchor - lpo)[0]
+    expect = -(A[0] * wc + rho * table_C(div, wc / rho, beta))
+    assert torch.allclose(g, expect, rtol=1e-12, atol=1e-14)
+    assert out.metrics["clip/frac_low"].item() == pytest.approx((w < 1 - EPS_LO).double().mean().item(), abs=1e-15)
+    assert out.metrics["clip/frac_high"].item() == pytest.approx((w > 1 + EPS_HI).double().mean().item(), abs=1e-15)
+    assert 0.05 < out.metrics["clip/frac_low"].item() < 0.9 and 0.05 < out.metrics["clip/frac_high"].item() < 0.9
+    assert abs(out.metrics["loss/kl"].item()) > 1e-3
+    parts = out.metrics["loss/policy"].item() + out.metrics["loss/kl"].item()
+    assert parts == pytest.approx(out.metrics["loss/total"].item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("div", DIVS)
 def test_code_faithful_separate_clamped_kl(div):
     """#28, #29: kl_in_clip=False with the authors' +-10 value clamp, A = 0: the loss is beta D_kind(w) per token;
     D = 0 at w = 1; d/dlp = beta w phi'(w) inside [-10, 10] and 0 outside (fkl: -log w, inside here)."""
@@ -875,20 +897,24 @@ def test_sequence_level_8192_tokens(dtype):
 @pytest.mark.parametrize("div", DIVS)
 @pytest.mark.parametrize("style", ["differentiable", "reinforce"])
 @pytest.mark.parametrize("level", ["token", "sequence"])
-def test_regime_metrics_against_autograd(div, style, level):
+@pytest.mark.parametrize("anchor", [False, True])
+def test_regime_metrics_against_autograd(div, style, level, anchor):
     """log_w/abs_mean is the mean |log w| over units; kl/grad_share is the KL part's share of the per-unit gradient
     weight, recovered here from autograd alone: the gradient with beta minus the gradient with beta = 0 is the KL
-    part, the latter the reward part (unclipped, token-sum aggregation so the weights are not rescaled)."""
+    part, the latter the reward part (unclipped, token-sum aggregation so the weights are not rescaled), with the
+    sampler or a separate anchor (whose rho multiplies the KL part)."""
     g = torch.Generator().manual_seed(3)
     logp = -torch.rand(4, 5, generator=g, dtype=torch.float64) - 0.1
     old = logp + 0.4 * torch.randn(4, 5, generator=g, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
     adv = torch.tensor([0.7, -0.4, 0.2, -1.1], dtype=torch.float64)
     beta = 0.3
+    anchor_logp = old + 0.3 * torch.randn(4, 5, generator=g, dtype=torch.float64) if anchor else None
 
     def grad(b):
         lp = logp.clone().requires_grad_(True)
-        out = rpg_loss(lp, old, adv, mask, divergence=div, style=style, beta=b, level=level, agg="seq-mean-token-sum")
+        out = rpg_loss(lp, old, adv, mask, divergence=div, style=style, beta=b, level=level, agg="seq-mean-token-sum",
+                       anchor_logp=anchor_logp)  # fmt: skip
         out.loss.backward()
         return out.metrics, lp.grad
 

@@ -90,6 +90,10 @@ def test_reduce_micro_of_rpg_micro_batches_is_the_mini_batch(level):
         if key != M.KL_GRAD_SHARE:
             assert torch.allclose(reduced[key].double(), value.double(), rtol=1e-6, atol=1e-9), key
     assert not torch.allclose(by_tokens["kl/urkl"].double(), full["kl/urkl"].double(), rtol=1e-3)  # the old bias
+    # kl/grad_share, a ratio of sums, is combined as a mean over its units: sequences at level sequence
+    weights = counts if level == "sequence" else tokens
+    share = sum(w * float(p[M.KL_GRAD_SHARE]) for w, p in zip(weights, parts, strict=True)) / sum(weights)
+    assert float(reduced[M.KL_GRAD_SHARE]) == pytest.approx(share, rel=1e-6)
     assert M.per_sequence("grpo", "urkl", level) == frozenset()  # the PPO family's metrics are token means
 
 
