@@ -53,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(name: str, rest: list[str]) -> int:
     module, func, _ = COMMANDS[name]
     try:
-        with (
-            TermAsInterrupt()
-        ):  # a signal while the subcommand's modules load (seconds, with torch): one line, not a traceback
+        # a signal while the subcommand's modules load (seconds, with torch): one line, not a traceback
+        with TermAsInterrupt():
             command = getattr(importlib.import_module(module), func)
         return int(command(rest) or 0)
     except KeyboardInterrupt as e:  # that, or a signal a subcommand did not catch

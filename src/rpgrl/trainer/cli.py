@@ -116,9 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out = None
     try:
-        with (
-            TermAsInterrupt()
-        ):  # a signal while the config is checked and torch / transformers load: one line, nothing written
+        # a signal while the config is checked and torch loads: one line, nothing written
+        with TermAsInterrupt():
             prepared = _prepare(argv)
         if prepared is None:
             return 0
