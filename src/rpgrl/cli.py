@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import importlib
-import os
 import signal
 import sys
 import threading
@@ -44,20 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"rpgrl: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    code = _run(name, rest)
-    if entry:
-        _exit_on_signal(code)
-    return code
+    try:
+        return _run(name, rest)
+    finally:
+        if entry:
+            _ignore_signals()
 
 
 def _run(name: str, rest: list[str]) -> int:
     module, func, _ = COMMANDS[name]
     try:
-        # a signal while the subcommand's modules load (seconds, with torch): one line, not a traceback
-        with TermAsInterrupt():
-            command = getattr(importlib.import_module(module), func)
-        return int(command(rest) or 0)
-    except KeyboardInterrupt as e:  # that, or a signal a subcommand did not catch
+        with TermAsInterrupt():  # where the command has no handling of its own (its imports: seconds, with torch)
+            return int(getattr(importlib.import_module(module), func)(rest) or 0)
+    except KeyboardInterrupt as e:  # a SIGTERM there, or a Ctrl-C the command did not catch
         sig = interrupt_signal(e)
         print(f"rpgrl {name}: stopped by {sig.name}", file=sys.stderr)
         return 128 + sig
@@ -71,20 +69,14 @@ def _run(name: str, rest: list[str]) -> int:
         return 2
 
 
-def _exit_on_signal(code: int) -> None:
-    """The command is done: a SIGINT / SIGTERM while the interpreter shuts down (freeing torch can take a second)
-    ends the process at once with the command's own exit code, where it was a traceback or a kill (-15) that made
-    a finished run look failed."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`rpgrl eval ... | head`)
-            pass
-    for s in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(s) is not signal.SIG_IGN:
-            signal.signal(s, lambda signum, frame: os._exit(code))
+def _ignore_signals() -> None:
+    """The command is done: SIGINT and SIGTERM are ignored while the interpreter shuts down (freeing torch takes a
+    second, after Python's own handlers are off), so the process ends with the command's exit code, where a signal
+    there was a kill (-15) or a traceback that made a finished run look failed. (Blocking them is not enough: the
+    other threads, torch's among them, would still take them.) SIGKILL still ends a shutdown that hangs."""
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,15 @@ class Diverged(FloatingPointError, ValueError):
 
 class TermAsInterrupt:
     """While inside (in the main thread): SIGTERM raises KeyboardInterrupt as SIGINT does, so a command stopped
-    before it installs its own handling (imports, config checks) ends with one line, not a traceback or a silent
-    kill. `interrupt_signal(e)` says which signal it was."""
+    where it has no handling of its own (imports, config checks, `rpgrl verify`) ends with one line, not a traceback
+    or a silent kill. `interrupt_signal(e)` says which signal it was. Only Python's default is replaced: a handler
+    the caller installed, or SIGTERM ignored, stays as it is (and so does an enclosing TermAsInterrupt's)."""
 
     def __init__(self) -> None:
         self.previous = None
 
     def __enter__(self) -> "TermAsInterrupt":
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self.previous = signal.signal(signal.SIGTERM, self._raise)
         return self
 

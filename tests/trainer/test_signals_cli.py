@@ -93,11 +93,73 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line_and_the_run_resumes(tmp_pat
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_after_the_command_returned_keeps_its_exit_code(sig):
     """Was: a SIGTERM while the interpreter shut down after a finished run was a kill (-15), and a scheduler
-    recorded the finished run as failed; a Ctrl-C there a traceback."""
+    recorded the finished run as failed; a Ctrl-C there a traceback. Python's own handlers are off for most of the
+    shutdown (freeing torch), so the signals are ignored once the command is done."""
     ok = _child(["train", "--help"], sig=sig, after=True)
     assert ok.returncode == 0 and "Traceback" not in ok.stderr, ok.stderr
     bad = _child(["train", "--no-such-flag"], sig=sig, after=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    ignored = subprocess.run([sys.executable, "-c", "import signal, sys; from rpgrl.cli import main; main(); "
+                              "print(signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))", "train",
+                              "--help"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ignored.stdout.strip().splitlines()[-1] == f"{signal.SIG_IGN} {signal.SIG_IGN}", ignored.stdout
+    from rpgrl.cli import main
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    main(["train", "--help"])  # from Python (argv given): the caller's process keeps its handlers
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+
+
+def test_a_second_sigterm_during_a_run_stops_at_once_with_one_line(tmp_path):
+    """Was: a silent kill (-15), though the first SIGTERM's line says "again to stop now"."""
+    out = tmp_path / "run"
+    done = _child(["train", "--out", str(out), *ARGS], target="rpgrl.trainer.loop.update_policy", times=2)
+    assert done.returncode == 143, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"rpgrl train: stopped by SIGTERM at once; continue with: rpgrl train --out {out} --resume"
+    assert _child(["train", "--out", str(out), "--resume"]).returncode == 0
+
+
+def test_stopped_before_the_config_was_written_the_command_runs_again(tmp_path):
+    """A second Ctrl-C just before config.json is written: "run the command again" must work (a review found the
+    directory then held the lock and an empty checkpoints folder, refused as "not empty and holds no run", while
+    --resume found no config.json)."""
+    out = tmp_path / "run"
+    done = _child(["train", "--out", str(out), *ARGS], target="rpgrl.trainer.loop.write_text_atomic", sig="SIGINT",
+                  times=2)  # fmt: skip
+    assert done.returncode == 130 and done.stderr.strip().endswith("before the run saved anything; run the command "
+                                                                   "again"), done.stderr  # fmt: skip
+    assert not (out / "config.json").exists()
+    again = _child(["train", "--out", str(out), *ARGS])
+    assert again.returncode == 0, again.stderr
+    from rpgrl.trainer.rundir import check_run_dir
+
+    debris = tmp_path / "older"  # what an earlier version left: the lock and an empty checkpoints folder
+    (debris / "checkpoints").mkdir(parents=True)
+    (debris / ".lock").write_text("")
+    assert check_run_dir(debris, resume=False) is False
+
+
+def test_term_as_interrupt_replaces_only_pythons_default():
+    """A caller's SIGTERM handler, or SIGTERM ignored, stays in place inside; the default is replaced and restored."""
+    from rpgrl.errors import TermAsInterrupt
+
+    outer = signal.getsignal(signal.SIGTERM)
+    try:
+        for handler in (signal.SIG_IGN, lambda s, f: None):
+            signal.signal(signal.SIGTERM, handler)
+            with TermAsInterrupt():
+                assert signal.getsignal(signal.SIGTERM) is handler
+            assert signal.getsignal(signal.SIGTERM) is handler
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with TermAsInterrupt() as term:
+            assert signal.getsignal(signal.SIGTERM) == term._raise
+            with TermAsInterrupt():  # nested: the outer one's stays
+                assert signal.getsignal(signal.SIGTERM) == term._raise
+            assert signal.getsignal(signal.SIGTERM) == term._raise
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, outer)
 
 
 def test_a_sigterm_before_the_reproduction_suite_starts_is_one_line(tmp_path):
@@ -108,3 +170,9 @@ def test_a_sigterm_before_the_reproduction_suite_starts_is_one_line(tmp_path):
                   target="rpgrl.reproduce.cli.base_config")  # fmt: skip
     assert done.returncode == 143 and done.stderr == "rpgrl reproduce: stopped by SIGTERM\n", done.stderr
     assert not out.exists()
+
+
+def test_a_sigterm_during_rpgrl_verify_is_one_line():
+    """`rpgrl verify` has no handling of its own: a SIGTERM in it was a silent kill (-15)."""
+    done = _child(["verify"], target="rpgrl.verify.verify_rows")
+    assert done.returncode == 143 and done.stderr == "rpgrl verify: stopped by SIGTERM\n", done.stderr

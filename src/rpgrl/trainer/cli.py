@@ -116,14 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out = None
     try:
-        # a signal while the config is checked and torch loads: one line, nothing written
-        with TermAsInterrupt():
+        with TermAsInterrupt():  # SIGTERM while the config is checked and torch loads, or a second one in the run
             prepared = _prepare(argv)
-        if prepared is None:
-            return 0
-        cfg, out, resume, train = prepared
-        with StopSignals() as stop:
-            train(cfg, out, resume=resume, stop=stop)
+            if prepared is None:
+                return 0
+            cfg, out, resume, train = prepared
+            with StopSignals() as stop:
+                train(cfg, out, resume=resume, stop=stop)
     except UsageError as e:
         print(f"rpgrl train: error: {one_line(e)}", file=sys.stderr)
         return 2

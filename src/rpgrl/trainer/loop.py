@@ -218,9 +218,9 @@ def prepare_run_dir(run: Run):
         print0(f"--resume: {out} has no checkpoint yet (the run stopped before its first one): starting it over")
         _remove(aside)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "checkpoints").mkdir(exist_ok=True)  # made now: a missing folder then means checkpoints were deleted
+    write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")  # first: a run killed
+    (out / "checkpoints").mkdir(exist_ok=True)  # after it is resumed. Made now: a missing folder means deleted ones
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
-    write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")
     truncate_metrics(out / "metrics.jsonl", run.start_step)
     truncate_metrics(out / "eval.jsonl", run.start_step, keep=lambda r: not r.get("final"))
     if resumed and 0 < run.start_step == cfg.train.max_steps:  # only the end-of-run phase is left: it reuses the

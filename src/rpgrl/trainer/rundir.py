@@ -54,7 +54,7 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
             raise UsageError(f"--resume: {out} has no checkpoint to continue from, but {further}: its checkpoints "
                              "were removed; nothing was changed (start a new run with another --out)")  # fmt: skip
         return True
-    if out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()):
+    if out.is_dir() and any(not _nothing_yet(p) for p in out.iterdir()):
         if has_checkpoint:
             raise UsageError(f"run directory {out} is not empty: pass --resume to continue it, or choose another --out")
         if is_run_config(out / "config.json"):
@@ -65,6 +65,12 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
                              "choose another --out")  # fmt: skip
         raise UsageError(f"run directory {out} is not empty and holds no run: choose another --out")
     return False
+
+
+def _nothing_yet(p: Path) -> bool:
+    """Whether `p`, in a run directory, is what a run leaves before its config.json: the lock file, or an empty
+    checkpoints folder (made before config.json by earlier versions: a run killed in between left both)."""
+    return p.name == RunLock.NAME or (p.name == "checkpoints" and p.is_dir() and not any(p.iterdir()))
 
 
 def is_run_config(path: Path) -> bool:
