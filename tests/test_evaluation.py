@@ -177,6 +177,17 @@ def test_grouping_samples_each_problem_once_with_n_copies():
     assert [len(r.problems) for r in results] == [30, 30, 40]
 
 
+def test_worst_at_j_is_the_worst_of_j_not_the_best():
+    from rpgrl.evaluation import benchmark_metrics, bootstrap_best_worst
+
+    rows = [[True, False, False, True], [False, False, True, False]]
+    m = benchmark_metrics(rows)
+    for j in (2, 4):
+        best, worst = zip(*(bootstrap_best_worst(r, j) for r in rows), strict=True)
+        assert m[f"worst@{j}"] == pytest.approx(sum(worst) / 2) and m[f"best@{j}"] == pytest.approx(sum(best) / 2)
+        assert m[f"worst@{j}"] < m["mean@4"] < m[f"best@{j}"]
+
+
 def test_partially_right_sampler_gives_the_expected_metrics():
     problems = [Problem("toy", [{"role": "user", "content": f"q{i}"}], str(i), 1) for i in range(5)]
     n_right = [0, 1, 3, 7, 8]
@@ -259,7 +270,7 @@ def test_encode_messages_uses_the_chat_template_when_present():
     tok.chat_template = None
     raw = encode_messages(tok, messages)
     assert raw[0] == tok.bos_token_id and tok.decode(raw, skip_special_tokens=True) == "What is 1+1?"
-    assert len(encode_messages(tok, messages, max_length=5)) == 5  # left truncation keeps the end
+    assert encode_messages(tok, messages, max_length=5) == raw[-5:]  # left truncation keeps the end (as verl)
     tok.chat_template = "{{ raise_exception('unknown role ' + messages[0]['role']) }}"
     with pytest.raises(UsageError, match="chat template fails on the prompt .*: unknown role user"):
         encode_messages(tok, messages)
@@ -372,6 +383,24 @@ def test_progress_bar_does_not_change_the_draws(tiny_model_dir, capsys):
         draws[progress] = sampler(problems, 3)
     assert draws[True] == draws[False] and len(draws[True]) == 5 and all(len(d) == 3 for d in draws[True])
     assert "5/5" in capsys.readouterr().err  # one bar over the five problems
+
+
+def test_model_sampler_gives_each_problem_its_own_samples(tiny_model_dir, monkeypatch):
+    """`rollout.sample` returns a chunk's rows prompt by prompt (rows i*n .. i*n+n-1 for prompt i): each problem
+    gets its own n samples, whatever the batching (a review's mutant handed problems each other's responses)."""
+    import rpgrl.rollout
+    from rpgrl.evaluation import model_sampler
+    from rpgrl.models import load_model
+
+    def fake_sample(model, tokenizer, prompts, *, n, **kw):
+        return type("R", (), {"texts": [f"{tokenizer.decode(p)}#{j}" for p in prompts for j in range(n)]})
+
+    monkeypatch.setattr(rpgrl.rollout, "sample", fake_sample)
+    model, tok = load_model(str(tiny_model_dir))
+    problems = [Problem("toy", [{"role": "user", "content": f"q{i}"}], "1", 1) for i in range(5)]
+    draws = model_sampler(model, tok, max_new_tokens=8, batch_size=2)(problems, 3)
+    prompts = [tok.decode(encode_messages(tok, p.prompt)) for p in problems]
+    assert draws == [[f"{q}#{j}" for j in range(3)] for q in prompts]
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,28 @@ def test_top_p_filter_matches_loop():
             torch.testing.assert_close(g, want)
 
 
+def test_top_p_at_an_exact_tie_stops_at_the_mass():
+    """Mass exactly top_p (binary fractions: no rounding): the tokens after it are dropped, as the loop above does
+    (a review's mutant kept one more)."""
+    probs = torch.tensor([[0.5, 0.25, 0.25]], dtype=torch.float64)
+    torch.testing.assert_close(top_p_filter(probs, 0.5), torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64))
+    probs = torch.tensor([[0.125, 0.5, 0.25, 0.125]], dtype=torch.float64)
+    torch.testing.assert_close(top_p_filter(probs, 0.75), torch.tensor([[0.0, 2 / 3, 1 / 3, 0.0]], dtype=torch.float64))
+
+
+def test_draw_entropy_ignores_tokens_of_probability_zero():
+    """A -inf logit (a banned token) has p log p = 0 * -inf: the entropy is that of the others, not NaN."""
+    import math
+
+    from rpgrl.rollout import _draw
+
+    logits = torch.tensor([[0.0, math.log(3.0), -math.inf]], dtype=torch.float64)
+    _, logp, entropy = _draw(logits, 1.0, 1.0, None)
+    p = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    assert entropy.item() == pytest.approx(-(p * p.log()).sum().item(), rel=1e-12)
+    assert logp.item() == pytest.approx(math.log(0.75), rel=1e-12)
+
+
 def test_top_p_below_the_dtypes_resolution_keeps_the_top_token():
     """top_p = 1e-300 is 0 in float32: the most probable token is still kept (was: nothing kept, 0/0 = NaN)."""
     probs = torch.softmax(torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]]), -1)
@@ -158,6 +180,8 @@ def test_sample_layout_groups_and_masks(model, tok):
         assert (r.response_ids[i, L:] == pad).all() and (r.response_mask[i, L:] == 0).all()
         assert r.texts[i] == tok.decode(resp, skip_special_tokens=True)
     assert r.response_mask.shape[1] == int(r.lengths.max())  # no all-padding columns: stopped when all rows done
+    assert r.sampler_entropy.shape == r.response_mask.shape and (r.sampler_entropy[r.response_mask == 0] == 0).all()
+    assert (r.lengths < 12).any()  # some rows ended at EOS, so the padding checks above are not vacuous
 
 
 def test_sample_stops_early_when_all_rows_done(model, tok):

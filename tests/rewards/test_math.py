@@ -655,3 +655,16 @@ def test_strict_mode_needs_no_math_verify():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_every_vulgar_fraction_reads_as_its_unicode_value():
+    """The table of Unicode vulgar fractions against Unicode's own numeric values (a wrong entry, 2/3 written as
+    1/3, gave wrong rewards unnoticed)."""
+    import unicodedata
+    from fractions import Fraction
+
+    from rpgrl.rewards.notation import _VULGAR
+
+    assert len(_VULGAR) == 18
+    for ch, (num, den) in _VULGAR.items():
+        assert Fraction(num, den) == Fraction(unicodedata.numeric(ch)).limit_denominator(10), unicodedata.name(ch)
