@@ -828,3 +828,68 @@ def test_a_fixed_anchor_reaches_the_loss_and_the_kl_metric(tmp_path, name):
     assert all(r[M.KL_ANCHOR] == 0 and abs(r[term]) < 1e-12 for r in behaviour)  # to the sampler: nothing
     assert fixed[0][M.KL_ANCHOR] == 0  # step 1: the initial model sampled it
     assert all(r[M.KL_ANCHOR] > 1e-6 and r[term] > 1e-6 for r in fixed[1:]), [(r[M.KL_ANCHOR], r[term]) for r in fixed]
+
+
+def test_step_metrics_against_their_definitions(tmp_path):
+    """What a review's mutants showed untested: -log pi_old > 0 (response/neg_logp_mean had its sign flipped),
+    adv/abs_mean is a mean of |A| (not of A), response/truncated_frac counts responses at max_new_tokens, and DAPO's
+    overlong penalty lowers the reward (step 1 samples the same responses with or without it)."""
+    cfg = tiny(("train.max_steps", "2"))
+    loop.train(cfg, tmp_path / "plain")
+    loop.train(tiny(("train.max_steps", "2"), ("rollout.overlong_buffer", "8")), tmp_path / "overlong")
+    rows = read_metrics(tmp_path / "plain" / "metrics.jsonl")
+    shaped = read_metrics(tmp_path / "overlong" / "metrics.jsonl")
+    for r in rows:
+        assert r["response/neg_logp_mean"] > 0
+        assert r["adv/abs_mean"] > abs(r["adv/mean"]) + 1e-6  # group-centred advantages of both signs
+        at_max = r["response/length_max"] == cfg.rollout.max_new_tokens
+        assert (r["response/truncated_frac"] > 0) == at_max and r["response/truncated_frac"] <= 1
+    assert any(r["response/truncated_frac"] > 0 for r in rows)
+    assert shaped[0]["response/length_mean"] == rows[0]["response/length_mean"]  # the same responses
+    assert shaped[0]["reward/correct"] == rows[0]["reward/correct"]
+    assert shaped[0]["reward/mean"] < rows[0]["reward/mean"] - 1e-3  # lengths above 10 - 8 are penalised
+
+
+def test_micro_batches_change_nothing_but_rounding(tmp_path):
+    """Micro-batches of one mini-batch (unequal token counts) combine to the mini-batch's own update and metrics:
+    each mini-batch's token-mean normalizer is its own token count, and the metrics are weighted by tokens (or by
+    sequences, for the per-sequence ones). Two mini-batches per step, so a normalizer over the whole batch shows."""
+    runs = {}
+    for micro in ("3", "64"):
+        cfg = tiny(("train.max_steps", "2"), ("train.micro_batch_size", micro), ("optim.warmup_steps", "0"))
+        loop.train(cfg, tmp_path / micro)
+        runs[micro] = _strip_perf(read_metrics(tmp_path / micro / "metrics.jsonl"))
+    for a, b in zip(runs["3"], runs["64"], strict=True):
+        assert a.keys() == b.keys() and a["optim/steps"] == 2
+        for k in a.keys() - {M.KL_GRAD_SHARE}:  # a ratio of sums: micro-batches approximate it (rpgrl.metrics)
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-7), k
+
+
+def test_each_mini_batch_is_normalised_by_its_own_tokens(tmp_path, monkeypatch):
+    """token-mean: the loss of a mini-batch is its token sum over its own token count (a review's mutant divided by
+    the whole batch's, shrinking every loss and gradient by the mini-batch's share and moving grad_clip's bite).
+    The micro-batches' tokens add up to the normalizer once per mini-batch, as many times as optimizer steps."""
+    calls = []
+    original = loop.update_policy
+
+    def spying(*args, **kwargs):
+        args = list(args)
+        loss_fn = args[7]
+
+        def spy(logp, old, adv, mask, *, normalizer, **kw):
+            calls.append((float(mask.sum()), float(normalizer)))
+            return loss_fn(logp, old, adv, mask, normalizer=normalizer, **kw)
+
+        args[7] = spy
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "update_policy", spying)
+    loop.train(tiny(("train.max_steps", "2"), ("train.micro_batch_size", "3")), tmp_path / "run")
+    completed, acc = 0, 0.0
+    for tokens, normalizer in calls:
+        acc += tokens
+        assert acc <= normalizer
+        if acc == normalizer:
+            completed, acc = completed + 1, 0.0
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert acc == 0 and completed == sum(r["optim/steps"] for r in rows) == 4 and len(calls) > completed
