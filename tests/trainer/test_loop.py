@@ -893,3 +893,30 @@ def test_each_mini_batch_is_normalised_by_its_own_tokens(tmp_path, monkeypatch):
             completed, acc = completed + 1, 0.0
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert acc == 0 and completed == sum(r["optim/steps"] for r in rows) == 4 and len(calls) > completed
+
+
+def test_sampled_accuracy_scores_each_sample_against_its_own_problem():
+    """With a reward that reads the answer (the parity reward does not), near-greedy samples score as the greedy
+    responses do, in the trainer's held-out check and in the warm start's `accuracy` (a review's mutants scored
+    sample i against answer i mod the number of problems)."""
+    from rpgrl.rewards import REWARDS, register_reward
+    from rpgrl.trainer.sft import accuracy
+
+    if "test_answer_parity" not in REWARDS:
+
+        @register_reward("test_answer_parity")
+        def _answer_parity(completion: str, answer: str) -> Reward:
+            ok = (len(completion) + len(answer)) % 2 == 0
+            return Reward(value=float(ok), correct=ok, parts={"correct": float(ok)})
+
+    cfg = tiny(("rollout.temperature", "1e-6"), ("data.reward", "test_answer_parity"), ("data.num_val", "16"))
+    model, tokenizer = loop.build_model(cfg)
+    task = loop.load_task(cfg, tokenizer)
+    prompts, answers = task.val_prompts, task.val_answers
+    assert len({len(a) % 2 for a in answers}) == 2  # answers of both parities: a mix-up changes the score
+    greedy = loop.greedy_accuracy(model, tokenizer, prompts, answers, cfg)
+    assert 0 < greedy < 1
+    assert loop.sampled_accuracy(model, tokenizer, prompts, answers, cfg, 3, seed=1) == greedy
+    kw = dict(max_new_tokens=cfg.rollout.max_new_tokens, reward="test_answer_parity")
+    sft_greedy = accuracy(model, tokenizer, task.val_problems, greedy=True, **kw)
+    assert accuracy(model, tokenizer, task.val_problems, greedy=False, n=3, temperature=1e-6, **kw) == sft_greedy

@@ -107,3 +107,33 @@ def test_warm_start_zero_steps_and_bad_input(tok):
         warm_start(model, tok, [], problems, Cfg())
     with pytest.raises(ValueError, match="no problems"):
         accuracy(model, tok, [], greedy=True)
+
+
+@pytest.mark.parametrize("n, batch", [(12, 4), (10, 4)])
+def test_epochs_draw_every_index_once_per_epoch(n, batch):
+    """Each epoch is a permutation cut into full batches (a partial tail skipped): with n a multiple of the batch,
+    every index is trained on once per epoch (a review's mutant started a new epoch one batch early)."""
+    from rpgrl.trainer.sft import _epochs
+
+    batches = _epochs(n, batch, torch.Generator().manual_seed(0))
+    per_epoch = n // batch
+    for _ in range(3):
+        epoch = [i for _ in range(per_epoch) for i in next(batches)]
+        assert len(set(epoch)) == len(epoch) == per_epoch * batch
+
+
+def test_sft_step_clips_the_gradient(tok):
+    """The warm start's grad_clip: AdamW's first step moves each weight by about lr whatever the gradient's scale,
+    unless the gradient is far below eps: clipped to a norm of 1e-12, every weight moves by far less."""
+    from rpgrl.trainer.sft import _sft_step
+
+    problems = make_problems(8, seed=0, split="train")
+    prompts, targets = encode_prompts(tok, problems), encode_targets(tok, problems)
+    moved = {}
+    for clip in (0.0, 1e-12):
+        model = tiny(tok)
+        before = [p.detach().clone() for p in model.parameters()]
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-8, weight_decay=0.0)
+        _sft_step(model, tok, opt, prompts, targets, lr=1e-3, grad_clip=clip)
+        moved[clip] = max((p.detach() - b).abs().max().item() for p, b in zip(model.parameters(), before, strict=True))
+    assert moved[0.0] > 5e-4 and moved[1e-12] < 1e-6
