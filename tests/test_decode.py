@@ -440,3 +440,17 @@ def test_compiled_decode_without_a_compiler_refuses(tok, monkeypatch):
     model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64)
     with pytest.raises(ValueError, match=r"decode='compiled': torch.compile finds no C\+\+ compiler"):
         sample(model, tok, PROMPTS, max_new_tokens=2, decode="compiled")
+
+
+def test_bfloat16_step_logits_follow_the_float64_forward(tok):
+    """A bfloat16 model keeps its norm weights apart (folding them into the products would cost it precision):
+    with random norm weights (a review's mutant applied the post-attention norm's as the input norm's, and the
+    all-ones weights of the bfloat16 test above could not tell), the decode's logits follow the same weights'
+    float64 forward to bfloat16's rounding."""
+    model = dict(models(tok, torch.bfloat16))["qwen3-norms"]
+    assert any("norm" in n and not torch.all(p == 1) for n, p in model.named_parameters())
+    got, want, dec = _decode_and_forward(tok, model, copy.deepcopy(model).double())
+    assert dec.layers[0].ln1 is not None  # not folded
+    err = (got.double() - want).abs().max().item()
+    scale = want.abs().max().item()
+    assert err < 0.05 * scale, (err, scale)
