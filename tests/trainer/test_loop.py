@@ -920,3 +920,27 @@ def test_sampled_accuracy_scores_each_sample_against_its_own_problem():
     kw = dict(max_new_tokens=cfg.rollout.max_new_tokens, reward="test_answer_parity")
     sft_greedy = accuracy(model, tokenizer, task.val_problems, greedy=True, **kw)
     assert accuracy(model, tokenizer, task.val_problems, greedy=False, n=3, temperature=1e-6, **kw) == sft_greedy
+
+
+def test_the_collapse_guard_stops_after_patience_steps_without_a_correct_response(tmp_path):
+    """No sampled response correct for `train.collapse_patience` steps in a row: the run stops there, checkpointed,
+    saying why (the trainer tests run with the guard off, so no test had reached it)."""
+    import json
+
+    from rpgrl.rewards import REWARDS, register_reward
+
+    if "test_never" not in REWARDS:
+
+        @register_reward("test_never")
+        def _never(completion: str, answer: str) -> Reward:
+            return Reward(value=0.0, correct=False, parts={"correct": 0.0})
+
+    loop.train(tiny(("data.reward", "test_never"), ("train.max_steps", "8"), ("train.collapse_patience", "3")),
+               tmp_path / "never")  # fmt: skip
+    summary = json.loads((tmp_path / "never" / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["stopped"].startswith("collapsed: no correct response for 3 steps")
+    assert [r["step"] for r in read_metrics(tmp_path / "never" / "metrics.jsonl")] == [1, 2, 3]
+    assert (tmp_path / "never" / "checkpoints" / "latest").read_text() == "step-000003"
+    loop.train(tiny(("train.max_steps", "4"), ("train.collapse_patience", "1")), tmp_path / "parity")
+    rows = read_metrics(tmp_path / "parity" / "metrics.jsonl")
+    assert all(r["reward/correct"] > 0 for r in rows) and len(rows) == 4  # correct responses: never stopped
