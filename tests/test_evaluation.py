@@ -305,6 +305,28 @@ def test_a_signal_stops_rpgrl_eval_in_one_line(tiny_model_dir, tmp_path, capsys,
 
 
 @needs_data
+def test_a_signal_while_the_report_is_written_leaves_no_metrics_json(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """The stop line says "before the report was written": metrics.json, the report, is written last and whole (it
+    was written first, so a stop while the samples or the plot were written left it beside a cut samples.jsonl)."""
+    import rpgrl.evaluation as ev
+    from rpgrl.cli import main
+
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("the signal did not stop the evaluation")
+
+    monkeypatch.setattr(ev, "plot_pass_maj", stopped)
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--k", "2",
+            "--limit-problems", "2", "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 143
+    assert "stopped by SIGTERM before the report was written" in capsys.readouterr().err
+    assert not (out / "metrics.json").exists()
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 2  # whole
+
+
+@needs_data
 def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     from rpgrl.cli import main
 

@@ -581,7 +581,8 @@ REPORT_FILES = ("metrics.json", "samples.jsonl", "passk_majk.png")  # what `writ
 
 
 def write_report(out: Path, args: argparse.Namespace, results: Sequence[BenchmarkResult]) -> None:
-    """metrics.json, samples.jsonl (responses, correctness and votes) and passk_majk.png in `out`."""
+    """samples.jsonl (responses, correctness and votes), passk_majk.png and, last, metrics.json in `out`, each
+    written whole or not at all."""
     report = {
         "model": args.model,
         "data": args.data,
@@ -597,13 +598,17 @@ def write_report(out: Path, args: argparse.Namespace, results: Sequence[Benchmar
         "metrics": flat_metrics(results),
         "benchmarks": {r.name: {"problems": len(r.problems), **r.metrics} for r in results},
     }
-    (out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
-    with (out / "samples.jsonl").open("w") as f:
-        for r in results:
-            for p, texts, ok, votes in zip(r.problems, r.responses, r.correct, r.votes, strict=True):
-                row = {"benchmark": r.name, "data_source": p.data_source, "prompt": p.text, "answer": p.answer}
-                f.write(json.dumps(row | {"responses": texts, "correct": ok, "votes": votes}) + "\n")
+    from rpgrl.trainer.checkpoint import write_text_atomic
+
+    lines = []
+    for r in results:
+        for p, texts, ok, votes in zip(r.problems, r.responses, r.correct, r.votes, strict=True):
+            row = {"benchmark": r.name, "data_source": p.data_source, "prompt": p.text, "answer": p.answer}
+            lines.append(json.dumps(row | {"responses": texts, "correct": ok, "votes": votes}) + "\n")
+    write_text_atomic(out / "samples.jsonl", "".join(lines))
     plot = plot_pass_maj(results, out / "passk_majk.png")
+    # last, whole or not at all: a metrics.json means the report is complete (a stop before it says so)
+    write_text_atomic(out / "metrics.json", json.dumps(report, indent=2) + "\n")
     written = ", ".join(str(x) for x in (out / "metrics.json", out / "samples.jsonl", plot) if x is not None)
     print(f"wrote {written}", file=sys.stderr)
 
