@@ -297,7 +297,11 @@ def test_a_signal_stops_rpgrl_eval_in_one_line(tiny_model_dir, tmp_path, capsys,
     out = tmp_path / "out"
     argv = ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--k", "2",
             "--limit-problems", "1", "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
-    assert main(argv) == 128 + signum
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even in a background job
+    try:
+        assert main(argv) == 128 + signum
+    finally:
+        signal.signal(signal.SIGINT, sigint)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"stopped by {signal.Signals(signum).name}" in err, err
     assert not out.exists()

@@ -21,6 +21,7 @@ ARGS = [f"--{k}={v}" for k, v in TINY]
 # returned (the interpreter's shutdown)
 CHILD = """
 import importlib, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job starts it ignored)
 sys.path.insert(0, {here!r})
 import tiny_config
 from rpgrl.cli import main
