@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rpgrl.errors import ArgumentParser, TermAsInterrupt, UsageError, dir_problem
+from rpgrl.errors import ArgumentParser, UsageError, dir_problem
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm_start_config
 from rpgrl.reproduce.report import claim_markdown, claim_result, plot_claim
 from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir
@@ -112,10 +112,9 @@ def is_report(path: Path) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    with TermAsInterrupt():  # SIGTERM outside the suite (checks, imports, the report): one line; inside, the runner's
-        a = parse(argv)
-        scale = QUICK if a.quick else FULL
-        reproduce(a.claims, list(range(a.seeds)), scale, a.out, a.report, jobs=a.jobs, run=not a.no_run)
+    a = parse(argv)
+    scale = QUICK if a.quick else FULL
+    reproduce(a.claims, list(range(a.seeds)), scale, a.out, a.report, jobs=a.jobs, run=not a.no_run)
     return 0
 
 

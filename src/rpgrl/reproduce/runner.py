@@ -274,7 +274,8 @@ class _StopOnSignals:
 
 
 def _replaceable(s: int, current: Any) -> bool:
-    """Python's own handling of signal `s`, or `rpgrl.errors.TermAsInterrupt`'s (the command's, while it loads)."""
+    """Python's own handling of signal `s`, or `rpgrl.errors.TermAsInterrupt`'s (`rpgrl.cli` runs every command in
+    one: outside the suite, a SIGTERM there is one line)."""
     ours = isinstance(getattr(current, "__self__", None), TermAsInterrupt)
     return ours or current in (signal.SIG_DFL, signal.default_int_handler) or (s == signal.SIGINT and current is None)
 
