@@ -411,6 +411,31 @@ def test_progress_bar_does_not_change_the_draws(tiny_model_dir, capsys):
     assert "5/5" in capsys.readouterr().err  # one bar over the five problems
 
 
+def test_a_stop_while_sampling_closes_the_progress_bar(tiny_model_dir, capsys, monkeypatch):
+    """The stop line of `rpgrl eval` was printed at the end of the bar's line: the bar is closed (its line ended)
+    when sampling is stopped, as when it finishes."""
+    import rpgrl.rollout
+    from rpgrl.evaluation import model_sampler
+    from rpgrl.models import load_model
+
+    model, tok = load_model(str(tiny_model_dir))
+    real, calls = rpgrl.rollout.sample, []
+
+    def stopped_at_the_second_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rpgrl.rollout, "sample", stopped_at_the_second_chunk)
+    problems = [Problem("toy", [{"role": "user", "content": f"{i}+1?"}], "1", 1) for i in range(5)]
+    with pytest.raises(KeyboardInterrupt) as stop:  # kept: its traceback holds the sampler's frame, as main()'s does
+        model_sampler(model, tok, max_new_tokens=4, batch_size=2, progress=True)(problems, 2)
+    err = capsys.readouterr().err
+    del stop
+    assert "2/5" in err and err.endswith("\n"), repr(err[-80:])
+
+
 def test_model_sampler_gives_each_problem_its_own_samples(tiny_model_dir, monkeypatch):
     """`rollout.sample` returns a chunk's rows prompt by prompt (rows i*n .. i*n+n-1 for prompt i): each problem
     gets its own n samples, whatever the batching (a review's mutant handed problems each other's responses)."""

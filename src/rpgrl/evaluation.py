@@ -268,22 +268,24 @@ def model_sampler(
 
             bar = tqdm(total=len(prompts), desc="sampling", unit="problem", dynamic_ncols=True)
         texts = []
-        for s in range(0, len(prompts), step):
-            chunk = prompts[s : s + step]
-            texts += sample(
-                model,
-                tokenizer,
-                chunk,
-                n=n,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                generator=generator,
-            ).texts
+        try:
+            for s in range(0, len(prompts), step):
+                chunk = prompts[s : s + step]
+                texts += sample(
+                    model,
+                    tokenizer,
+                    chunk,
+                    n=n,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    generator=generator,
+                ).texts
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:  # also on a stop, so what is printed next starts on a line of its own
             if bar is not None:
-                bar.update(len(chunk))
-        if bar is not None:
-            bar.close()
+                bar.close()
         return [texts[i * n : (i + 1) * n] for i in range(len(problems))]  # rows i*n .. i*n+n-1: problem i
 
     return draw
