@@ -221,11 +221,98 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
         ({"loss_type": "dr_grpo"}, "loss_type"),  # TRL's normalisation: RPGConfig.agg sets it (was ignored)
         ({"kl_in_clip": "false"}, "kl_in_clip must be true or false"),  # acted as True
+        # sampling filters: TRL's pi_old log-probs see the temperature only (were accepted; pi_old was not the sampler)
+        ({"top_k": 1}, "top_k change the distribution"),
+        ({"top_p": 0.9}, "top_p change"),
+        ({"min_p": 0.1}, "min_p change"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty change"),
+        ({"generation_kwargs": {"num_beams": 2}}, r"generation_kwargs\['num_beams'\] change"),
+        ({"generation_kwargs": {"temperature": 0.5}}, r"generation_kwargs\['temperature'\] change"),
+        ({"generation_kwargs": {"do_sample": False}}, r"generation_kwargs\['do_sample'\] change"),
+        ({"top_k": 5, "use_vllm": True, "vllm_importance_sampling_correction": False}, "top_k change"),
+        # GDPO's normalisation ignores scale_rewards: the advantage was silently not R - group mean
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum"),
+        ({"epsilon_high": "high"}, "epsilon_high must be a number or none"),
     ],
 )
 def test_bad_configs_are_refused(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
         RPGConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True, **overrides)
+
+
+def test_neutral_sampling_settings_and_corrected_filters_are_accepted(tmp_path):
+    """Settings that leave softmax(logits / temperature) as the sampler pass; so do filters vLLM's importance-sampling
+    correction accounts for."""
+    common = dict(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True)
+    neutral = {"max_new_tokens": 5, "temperature": 0.7, "top_p": 1.0, "top_k": 0, "do_sample": True, "use_cache": True}
+    RPGConfig(**common, temperature=0.7, generation_kwargs=neutral, top_k=0, top_p=1.0, repetition_penalty=1.0)
+    RPGConfig(**common, top_k=5, top_p=0.9, use_vllm=True, vllm_importance_sampling_correction=True)
+    RPGConfig(**common, multi_objective_aggregation="normalize_then_sum", scale_rewards="group")  # not RPG's estimator
+
+
+def test_epsilon_high_from_the_command_line(tmp_path):
+    """`--epsilon_high none` (TRL's rule: follow epsilon) was a parse error; a number still reads as one."""
+    from transformers import HfArgumentParser
+
+    base = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--num_generations", "4",
+            "--per_device_train_batch_size", "8", "--epsilon", "0.1"]  # fmt: skip
+    for words, want in ([], 0.28), (["--epsilon_high", "none"], 0.1), (["--epsilon_high", "0.3"], 0.3):
+        (args,) = HfArgumentParser(RPGConfig).parse_args_into_dataclasses(base + words)
+        assert args.options().eps_high == want and args.options().eps_low == 0.1
+
+
+def test_rpg_trainer_takes_grpo_trainers_positional_arguments(tmp_path):
+    """GRPOTrainer(model, reward_funcs, args, train_dataset, ...) positionally was a TypeError."""
+    tok = build_char_tokenizer("0123456789+=")
+    model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=32)
+    args = RPGConfig(str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none", use_cpu=True)
+    data = datasets.Dataset.from_dict({"prompt": PROMPTS})
+    trainer = RPGTrainer(model, count_ones, args, data, None, tok)
+    assert trainer.train_dataset is data and trainer.processing_class is tok
+
+
+def test_moe_router_loss_is_added_as_grpo_adds_it(tmp_path):
+    """A Mixture-of-Experts model (TRL takes the config's router_aux_loss_coef by default) was refused after the
+    whole of GRPOTrainer's set-up. Its gradient now is rpg_loss's on independently computed log-probs plus the
+    coefficient times the model's own load-balancing loss."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    tok = build_char_tokenizer("0123456789+=")
+    torch.manual_seed(0)
+    cfg = Qwen3MoeConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4,
+                         num_experts_per_tok=2, router_aux_loss_coef=0.5, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)  # fmt: skip
+    model = Qwen3MoeForCausalLM(cfg)
+    args = RPGConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=2,
+                     max_completion_length=5, use_cpu=True, report_to="none", save_strategy="no", bf16=False,
+                     disable_tqdm=True, num_iterations=2, rpg_beta=0.1, learning_rate=3e-2)  # fmt: skip
+    trainer = RecordingTrainer(model, count_ones, args=args, processing_class=tok,
+                               train_dataset=datasets.Dataset.from_dict({"prompt": PROMPTS * 2}))  # fmt: skip
+    trainer.seen = []
+    trainer.train()
+    assert trainer.aux_loss_enabled and trainer.router_aux_loss_coef == 0.5
+    assert any("aux_loss" in h for h in trainer.state.log_history)
+    inputs, params = trainer.seen[-1], [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    got = param_grads(model, [lambda: trainer.compute_loss(model, inputs)])
+
+    def expected():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        aux = model(input_ids=ids, attention_mask=attn, output_router_logits=True).aux_loss
+        old = inputs["old_per_token_logps"]  # the second step re-uses the first's batch: off-policy
+        logp = independent_logp(model, inputs)
+        loss = rpg_loss(logp, old, inputs["advantages"], inputs["completion_mask"], divergence="urkl",
+                        style="reinforce", beta=0.1, clip="dual", eps_low=0.2, eps_high=0.28, c=10.0).loss  # fmt: skip
+        return loss + 0.5 * aux
+
+    want = param_grads(model, [expected])
+    router = [i for i, (n, _) in enumerate(model.named_parameters()) if "gate.weight" in n and "mlp" in n]
+    assert router and all(want[i].abs().sum() > 0 for i in router)
+    assert len(got) == len(params)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=2e-4, atol=1e-6)
 
 
 def test_clip_none_from_the_command_line(tmp_path):

@@ -12,14 +12,19 @@ What RPG changes relative to GRPO:
     a nonzero `beta`. RPG's coefficient is `rpg_beta`, applied inside the loss.
   - The advantage defaults to RPG's estimator, R_i - group mean: TRL's `scale_rewards="none"` computes exactly that
     (`"group"` gives GRPO's mean/std).
-  - Clip range: TRL's `epsilon` / `epsilon_high` (default 0.2 / 0.28 here) and `clip_ratio_c` for the dual clip.
+  - Clip range: TRL's `epsilon` / `epsilon_high`, default 0.2 / 0.28 here (the paper's; TRL's `epsilon_high`
+    defaults to `epsilon`, which `epsilon_high=None`, or `--epsilon_high none`, still gives), and the dual clip's
+    `c` as `clip_ratio_c`, an RPGConfig field named after verl's (GRPOConfig has none).
   - Aggregation: `agg` with the global count as normaliser (token-mean: the generation batch's token count per
     process, as TRL's `dapo` loss; seq-mean-*: the accumulation window's sequence count), so gradient accumulation
     and data parallelism do not change the gradient.
 
 TRL options that act inside GRPO's `_compute_loss` (entropy bonus, entropy masking, off-policy masking, two-sided
-`delta` clipping, sequence-level importance sampling, router aux loss) are refused rather than silently ignored.
-vLLM's importance-sampling correction multiplies the per-token loss, as TRL does.
+`delta` clipping, sequence-level importance sampling) are refused rather than silently ignored; so are sampling
+filters (top-k, top-p, min-p, repetition penalty, distribution-changing `generation_kwargs`) unless vLLM's
+importance-sampling correction accounts for them: TRL's pi_old log-probs see the temperature only, and RPG's anchor
+and importance weights need the sampler's. vLLM's importance-sampling correction multiplies the per-token loss, as
+TRL does. A Mixture-of-Experts model's router load-balancing loss is added as GRPOTrainer adds it.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ _FORWARD_KEYS = (
 @dataclass
 class RPGConfig(GRPOConfig):
     """GRPOConfig plus the RPG loss options (`rpgrl.options.RPGOptions`, whose names, defaults and checks they take;
-    TRL's own names where TRL has the setting: `rpg_beta`, `epsilon`/`epsilon_high`, `clip_ratio_c`). Defaults:
+    `rpg_beta` where TRL's `beta` would clash; the clip range as TRL's `epsilon`/`epsilon_high`; `c` as
+    `clip_ratio_c`, verl's name for it). Defaults:
     RPG-REINFORCE-URKL with RPG-Style Clip, beta 1e-4, clip 0.2/0.28, c = 10, token-mean, group-mean advantage (the
     paper's settings)."""
 
@@ -73,9 +79,16 @@ class RPGConfig(GRPOConfig):
     scale_rewards: str = field(
         default="none", metadata={"help": "'none': A = R - group mean (RPG's estimator); 'group': GRPO's."}
     )
-    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (the paper: 0.28)."})
+    epsilon_high: float | str | None = field(
+        default=0.28,
+        metadata={
+            "help": "Upper clip range: 0.28 by default (the paper's), where GRPOConfig's default follows `epsilon`; "
+            "None (`--epsilon_high none`) follows `epsilon` as in TRL."
+        },
+    )  # str: HfArgumentParser then passes `--epsilon_high none` and numbers as words, read in __post_init__
 
     def __post_init__(self):
+        self.epsilon_high = _float_or_none("epsilon_high", self.epsilon_high)
         super().__post_init__()
         self.clip = none_word(self.clip)  # `--clip none` on TRL's command line
         if self.beta != 0.0:
@@ -99,7 +112,22 @@ class RPGConfig(GRPOConfig):
         if any(unsupported.values()):
             names = ", ".join(k for k, v in unsupported.items() if v)
             raise ValueError(f"RPGConfig: {names} act inside GRPO's loss, which RPGTrainer replaces; leave at default")
-        if self.use_vllm and self.vllm_importance_sampling_correction and self.level == "sequence":
+        corrected = self.use_vllm and self.vllm_importance_sampling_correction
+        filters = _sampling_filters(self)
+        if filters and not corrected:
+            raise ValueError(
+                f"RPGConfig: {', '.join(filters)} change the distribution completions are drawn from, while TRL's "
+                "log-probs of pi_old see the temperature only, so RPG's anchor and importance weights would be "
+                "another policy's: leave them at default, or generate with use_vllm and "
+                "vllm_importance_sampling_correction=True, which corrects for the sampler"
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize" and self.scale_rewards == "none":
+            raise ValueError(
+                f"RPGConfig: multi_objective_aggregation={self.multi_objective_aggregation} divides by reward "
+                "standard deviations whatever scale_rewards says, so the advantage would not be RPG's R - group "
+                "mean: use sum_then_normalize"
+            )
+        if corrected and self.level == "sequence":
             if self.style == "differentiable":
                 raise ValueError(
                     "RPGConfig: style=differentiable at level=sequence has no per-token loss to apply vLLM's "
@@ -121,17 +149,59 @@ class RPGConfig(GRPOConfig):
 # RPGOptions field -> RPGConfig field where the names differ
 _TRL_NAMES = {"beta": "rpg_beta", "c": "clip_ratio_c", "eps_low": "epsilon", "eps_high": "epsilon_high"}
 
+# GRPOConfig's sampling settings and generation_kwargs keys that change the distribution completions are drawn from,
+# each with the values that leave it as it is
+_SAMPLING_NEUTRAL = {
+    "top_k": (0, None),
+    "top_p": (1.0, None),
+    "min_p": (0.0, None),
+    "typical_p": (1.0, None),
+    "repetition_penalty": (1.0, None),
+    "do_sample": (True, None),
+}
+# generation_kwargs keys that leave the distribution as it is: length limits, stop strings, special ids, caching
+_GENERATION_NEUTRAL = frozenset(
+    {"max_new_tokens", "max_length", "max_time", "stop_strings", "eos_token_id", "pad_token_id", "bos_token_id",
+     "cache_implementation", "cache_config", "use_cache", "disable_compile", "compile_config"}
+)  # fmt: skip
+
+
+def _sampling_filters(config: RPGConfig) -> list[str]:
+    """The settings of `config` that make TRL sample from something other than softmax(logits / temperature)."""
+    found = [
+        k for k in ("top_k", "top_p", "min_p", "repetition_penalty") if getattr(config, k) not in _SAMPLING_NEUTRAL[k]
+    ]
+    for key, value in (config.generation_kwargs or {}).items():
+        if key == "temperature":
+            neutral = value == config.temperature
+        elif key in _SAMPLING_NEUTRAL:
+            neutral = value in _SAMPLING_NEUTRAL[key]
+        else:
+            neutral = key in _GENERATION_NEUTRAL
+        if not neutral:
+            found.append(f"generation_kwargs[{key!r}]")
+    return found
+
+
+def _float_or_none(name: str, value: Any) -> float | None:
+    """A float or None from a config value or its command-line word ('none', '0.3')."""
+    value = none_word(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"RPGConfig: {name} must be a number or none, got {value!r}") from None
+    return value
+
 
 class RPGTrainer(GRPOTrainer):
     """GRPOTrainer whose loss is `rpgrl.rpg_loss`. Takes the same arguments as GRPOTrainer; `args` must be an
     RPGConfig. Logs rpgrl's metrics (`kl/<divergence>`, `clip/frac_dual`, ...) next to TRL's."""
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: RPGConfig | None = None, **kwargs: Any):
+    def __init__(self, model: Any, reward_funcs: Any = None, args: RPGConfig | None = None, *rest: Any, **kwargs: Any):
         if not isinstance(args, RPGConfig):
             raise TypeError(f"RPGTrainer needs args=RPGConfig(...), got {type(args).__name__}")
-        super().__init__(model, reward_funcs, args=args, **kwargs)
-        if self.aux_loss_enabled:
-            raise ValueError("RPGTrainer: the router aux loss (MoE) is not supported; set router_aux_loss_coef=0")
+        super().__init__(model, reward_funcs, args, *rest, **kwargs)
 
     def _normalizer(self, inputs: dict[str, Any], batch_size: int) -> torch.Tensor | float:
         """Global count for `aggregate` so that micro-batch losses add up over the accumulation window and DDP's
@@ -152,12 +222,13 @@ class RPGTrainer(GRPOTrainer):
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # (B, T)
 
-        logp, entropies, _ = self._get_per_token_logps_and_entropies(
+        logp, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
             completion_ids.size(1),
             compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
             **{k: inputs.get(k) for k in _FORWARD_KEYS},
         )  # (B, T)
         logp = logp.float()  # bf16 models: the loss works in float32
@@ -174,6 +245,11 @@ class RPGTrainer(GRPOTrainer):
             loss = aggregate(per_token, mask, self.args.agg, normalizer)
 
         mode = "train" if self.model.training else "eval"
+        if self.aux_loss_enabled:  # MoE load balancing, outside RPG's objective: as GRPOTrainer adds it
+            loss = loss + self.router_aux_loss_coef * aux_loss / (
+                self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            )
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach().reshape(1)).mean().item())
         for name, value in out.metrics.items():
             if not name.startswith("loss/"):  # TRL logs the loss itself
                 self._metrics[mode][name].append(self.accelerator.gather(value.reshape(1)).nanmean().item())
