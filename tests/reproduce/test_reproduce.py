@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 
 import pytest
+import torch
 
 from rpgrl.cli import main as rpgrl_main
 from rpgrl.config import check
@@ -124,6 +125,8 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
     monkeypatch.setitem(CLAIMS, "toy", claim)
     out, report = tmp_path / "suite", tmp_path / "docs" / "results.md"
     base, warm = _tiny(base_config(scale)), _tiny(reproduce_cli.warm_start_config(scale))
+    # an untrained tiny model scores 0 everywhere: without the filter its all-alike groups are still trained on
+    base = replace(base, rollout=replace(base.rollout, group_filter="off"))
     res = reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=1, base=base, warm=warm)
 
     runs = sorted((out / "runs").iterdir())
@@ -134,7 +137,8 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
         cfg = json.loads((d / "run" / "config.json").read_text())
         records["high" if cfg["loss"]["eps_high"] == 0.28 else "low"] = rec
         assert not (d / "run" / "checkpoints").exists() and not (d / "run" / "model").exists()
-        assert 0 <= rec["sampled"] <= 1 and rec["steps"] == 2 and rec["seed"] == 0
+        assert 0 <= rec["sampled"] <= 1 and rec["steps"] == 2 and rec["seed"] == 0 and rec["trained"] == 2 * 8
+        assert rec["env"]["workers"] == 1 and rec["env"]["torch"] == torch.__version__  # where it ran
         assert cfg["model"]["path"].endswith("-s0/model")  # RL starts from the seed's warm start
     assert records["low"]["start"] == records["high"]["start"]  # the same warm start
 
@@ -154,11 +158,40 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
     assert {d.name: (d / "record.json").stat().st_mtime_ns for d in (out / "runs").iterdir()} == stamps
     assert res2["claims"]["toy"]["arms"] == r["arms"]
 
+    # no run cache (the committed results.json on another machine): --no-run reports from the records it holds
+    header = json.loads((out / "results.json").read_text())["header"]
+    assert header["torch"] == torch.__version__ and "1 runs at a time" in header["setup"]
+    cache = out / "runs"
+    cache.rename(tmp_path / "elsewhere")
+    res3 = reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=2, run=False, base=base, warm=warm)
+    assert res3["claims"]["toy"]["arms"] == r["arms"] and res3["claims"]["toy"]["comparisons"] == r["comparisons"]
+    assert res3["header"]["setup"] == header["setup"]  # the runs' own "1 at a time", not this call's jobs=2
+    (tmp_path / "elsewhere").rename(cache)
+
     # an unfinished run (no record.json) is started again; a changed arm runs anew
     (runs[0] / "record.json").unlink()
     monkeypatch.setitem(CLAIMS, "toy", replace(claim, arms=(*claim.arms, Arm("c", then(lambda c: c, loss={"c": 3.0})))))
     reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=1, base=base, warm=warm)
     assert (runs[0] / "record.json").is_file() and len(list((out / "runs").iterdir())) == 3
+
+
+def test_runs_that_trained_nothing_are_left_out():
+    """A run whose every group scored alike trained on nothing: it was counted as a result of its algorithm (the
+    quick scale's runs all were such, and "similar" comparisons of them came out consistent)."""
+    from rpgrl.reproduce.report import claim_result
+
+    claim = Claim(
+        "toy", "t", "p", (Arm("a", lambda c: c), Arm("b", lambda c: c)), (Comparison("a", "b", "final", "higher"),)
+    )
+    runs = {
+        "a": {s: {"final": 0.5 + 0.01 * s, "trained": 0 if s == 3 else 40.0} for s in range(4)},
+        "b": {s: {"final": 0.4} for s in range(4)},  # records from before `trained` count as trained
+    }
+    res = claim_result(claim, runs, DEFAULT, [0, 1, 2, 3])
+    a = res["arms"][0]
+    assert a["untrained"] == [3] and a["summary"]["final"]["n"] == 3
+    assert res["comparisons"][0]["difference"]["n"] == 3
+    assert res["comparisons"][0]["difference"]["mean"] == pytest.approx(0.11)
 
 
 def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):

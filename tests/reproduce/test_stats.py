@@ -5,8 +5,17 @@ import random
 
 import pytest
 
-from rpgrl.reproduce.report import mixed_commits, status, verdict
-from rpgrl.reproduce.stats import MIN_SEEDS, Interval, mean_interval, paired_difference, t_quantile
+from rpgrl.reproduce.report import add_multiplicity, mixed_commits, status, verdict
+from rpgrl.reproduce.stats import (
+    MIN_SEEDS,
+    Interval,
+    holm,
+    mean_interval,
+    p_value,
+    paired_difference,
+    t_quantile,
+    t_sf,
+)
 
 
 @pytest.mark.parametrize(
@@ -82,6 +91,13 @@ def test_paired_difference_pairs_by_seed():
         (0.06, 0.1, "similar", "contradicts"),
         (-0.3, -0.1, "differs", "supports"),
         (-0.1, 0.1, "differs", "unresolved"),
+        # an interval that rules out the expected advantage down to the margin (was "unresolved")
+        (-0.04, 0.03, "higher", "falls short"),
+        (-0.04, 0.06, "higher", "unresolved"),
+        # "differs" by more than the margin: a resolved but smaller difference is not support (was "supports")
+        (0.01, 0.04, "differs", "contradicts"),
+        (-0.03, 0.04, "differs", "contradicts"),
+        (0.03, 0.2, "differs", "unresolved"),
     ],
 )
 def test_status_follows_the_interval(low, high, expect, want):
@@ -94,4 +110,69 @@ def test_verdict_words():
     assert verdict(["unresolved", "unresolved"]) == "Not resolved at this scale"
     assert verdict(["contradicts", "unresolved"]) == "Contradicted at this scale"
     assert verdict(["contradicts", "supports"]) == "Mixed at this scale"
+    assert verdict(["falls short", "unresolved"]) == "Not reproduced at this scale"
+    assert verdict(["falls short", "contradicts"]) == "Contradicted at this scale"
+    assert verdict(["falls short", "consistent"]) == "Mixed at this scale"
     assert verdict(["no data"]) == "No data yet"
+
+
+def test_t_sf_against_closed_forms():
+    """df = 1 (Cauchy): 1/2 - atan(t) / pi; df = 2: 1/2 - t / (2 sqrt(2 + t^2)); and the quantile's inverse."""
+    for t in (0.0, 0.3, 1.0, 2.5, 40.0, -1.7):
+        assert t_sf(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, abs=1e-12)
+        assert t_sf(t, 2) == pytest.approx(0.5 - t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+    for p, df in ((0.975, 4), (0.9995, 1), (0.9, 30)):
+        assert t_sf(t_quantile(p, df), df) == pytest.approx(1 - p, rel=1e-7)
+    assert t_sf(math.inf, 3) == 0.0 and t_sf(-math.inf, 3) == 1.0
+
+
+def test_p_value_by_hand_and_against_the_interval():
+    """Three differences (df = 2): p = 2 sf(mean / se) from the df = 2 closed form; and over random intervals, p is
+    below 5% exactly when the interval is resolved (beyond 0, or beyond +-margin for a shift)."""
+    values = [0.1, 0.25, 0.4]
+    mean, se = 0.25, math.sqrt(sum((v - 0.25) ** 2 for v in values) / 2) / math.sqrt(3)
+    t = mean / se
+    assert p_value(mean_interval(values)) == pytest.approx(2 * (0.5 - t / (2 * math.sqrt(2 + t * t))), rel=1e-9)
+    shifted = (mean - 0.05) / se
+    want = 2 * (0.5 - shifted / (2 * math.sqrt(2 + shifted**2)))
+    assert p_value(mean_interval(values), shift=0.05) == pytest.approx(want, rel=1e-9)
+    rng = random.Random(1)
+    for _ in range(300):
+        iv = mean_interval([rng.gauss(0.05, 0.1) for _ in range(rng.randint(3, 8))])
+        assert (p_value(iv) < 0.05) == iv.excludes_zero()
+        assert (p_value(iv, 0.03) < 0.05) == (iv.low > 0.03 or iv.high < -0.03)
+    assert math.isnan(p_value(mean_interval([0.2]))) and p_value(mean_interval([0.2, 0.2, 0.2])) == 0.0
+
+
+def test_holm_by_hand():
+    adjusted = holm([0.01, 0.04, 0.03, 0.005])  # sorted: 0.005 x4, 0.01 x3, 0.03 x2, 0.04 x1, then running max
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    kept = holm([math.nan, 0.01, 0.02, 0.9])
+    assert math.isnan(kept[0]) and kept[1:] == pytest.approx([0.03, 0.04, 0.9])
+
+
+def _comparison(expect, values, margin=0.0):
+    import dataclasses
+
+    return {"expect": expect, "margin": margin, "difference": dataclasses.asdict(mean_interval(values)),
+            "status": status(mean_interval(values), expect, margin)}  # fmt: skip
+
+
+def test_add_multiplicity_over_the_whole_suite():
+    """A support with p near 0.04 survives alone but not in a family of four tests; the claim's second verdict
+    counts it as unresolved, and a "similar" comparison is no test of the family."""
+    weak = [0.02, 0.05, 0.08, 0.01, 0.06]  # resolved above 0, p ~ 0.03
+    assert status(mean_interval(weak), "higher") == "supports" and 0.01 < p_value(mean_interval(weak)) < 0.05
+    claims = {
+        "a": {"comparisons": [_comparison("higher", weak), _comparison("similar", [0.0, 0.01, -0.01], 0.05)]},
+        "b": {"comparisons": [_comparison("higher", [0.01, -0.02, 0.03]) for _ in range(3)]},
+    }
+    add_multiplicity(claims)
+    first = claims["a"]["comparisons"][0]
+    assert first["family"] == 4 and first["p_holm"] == pytest.approx(min(1.0, 4 * first["p"]))
+    assert "p" not in claims["a"]["comparisons"][1]
+    assert verdict([c["status"] for c in claims["a"]["comparisons"]]) == "Reproduced at this scale"
+    assert claims["a"]["verdict_holm"] == "Partly reproduced at this scale"
+    alone = {"a": {"comparisons": [_comparison("higher", weak)]}}
+    add_multiplicity(alone)
+    assert alone["a"]["verdict_holm"] == "Reproduced at this scale"

@@ -3,11 +3,16 @@
 Everything in `docs/results.md` is generated here from the records; nothing is typed by hand. A comparison's
 status follows from its 95% t interval of the per-seed difference and what the paper leads one to expect (below
 MIN_SEEDS paired seeds it is unresolved whatever the interval):
-    higher   supports when the interval lies above 0, contradicts when below, else unresolved
+    higher   supports when the interval lies above 0, contradicts when below; falls short when it includes 0 but
+             lies below +margin (it rules out an advantage of the size that would reproduce the claim); else
+             unresolved
     similar  consistent when the interval lies within +-margin, contradicts when it lies wholly outside, else
              unresolved (an equivalence test: a small but resolved difference is still "similar")
-    differs  supports when the interval excludes 0, else unresolved
-and a claim's verdict from its comparisons' statuses (`verdict`).
+    differs  supports when the interval lies beyond +-margin, contradicts when it lies within it (then the two do
+             not differ by the claimed size), else unresolved
+and a claim's verdict from its comparisons' statuses (`verdict`). The directional comparisons (higher, differs) of
+the whole suite are one family of tests: each also gets its p-value and Holm's adjustment over the family
+(`add_multiplicity`), and each claim a second verdict in which a "supports" that does not survive it is unresolved.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 from rpgrl.config import Config, config_to_dict
 from rpgrl.reproduce.claims import Claim
-from rpgrl.reproduce.stats import MIN_SEEDS, Interval, mean_interval, paired_difference
+from rpgrl.reproduce.stats import LEVEL, MIN_SEEDS, Interval, holm, mean_interval, p_value, paired_difference
 
 LABELS = {
     "final": "greedy Last",
@@ -35,14 +40,22 @@ POINTS = {"final", "best", "sampled", "reward"}  # fractions shown as percentage
 
 
 def metric_values(runs: dict[int, dict], metric: str) -> dict[int, float]:
-    """Per seed, the metric's value (collapsed as 0/1); seeds where it is missing or NaN are left out."""
+    """Per seed, the metric's value (collapsed as 0/1); seeds where it is missing or NaN are left out, and so are
+    runs that trained on nothing (every group scored alike: they say nothing of the algorithm)."""
     out = {}
     for seed, r in runs.items():
+        if untrained(r):
+            continue
         v = r.get(metric)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
         out[seed] = float(v)
     return out
+
+
+def untrained(record: dict) -> bool:
+    """The run updated the policy on no sequence (records before this was recorded count as trained)."""
+    return record.get("trained") == 0
 
 
 def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
@@ -51,12 +64,44 @@ def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
     if diff.n < MIN_SEEDS:
         return "unresolved"
     if expect == "higher":
-        return "supports" if diff.low > 0 else "contradicts" if diff.high < 0 else "unresolved"
+        if diff.low > 0:
+            return "supports"
+        if diff.high < 0:
+            return "contradicts"
+        return "falls short" if diff.high < margin else "unresolved"
+    within = -margin <= diff.low and diff.high <= margin
     if expect == "similar":
-        if -margin <= diff.low and diff.high <= margin:
+        if within:
             return "consistent"
         return "contradicts" if diff.low > margin or diff.high < -margin else "unresolved"
-    return "supports" if diff.excludes_zero() else "unresolved"
+    if diff.low > margin or diff.high < -margin:
+        return "supports"
+    return "contradicts" if margin > 0 and within else "unresolved"
+
+
+DIRECTIONAL = ("higher", "differs")
+ALPHA = 1 - LEVEL
+
+
+def add_multiplicity(claims: dict[str, dict]) -> None:
+    """Every directional comparison of the suite's claim results gets `p` (its two-sided paired t test: against 0
+    for higher, against +-margin for differs; below ALPHA exactly when its status is resolved), `p_holm` (Holm's
+    adjustment over all of them with MIN_SEEDS seeds or more) and `family` (how many); every claim `verdict_holm`,
+    its verdict with each "supports" whose adjusted p is not below ALPHA counted as unresolved."""
+    comps = [c for r in claims.values() for c in r["comparisons"] if c["expect"] in DIRECTIONAL]
+    ps = []
+    for c in comps:
+        d = Interval(**c["difference"])
+        ps.append(p_value(d, c["margin"] if c["expect"] == "differs" else 0.0) if d.n >= MIN_SEEDS else math.nan)
+    family = sum(not math.isnan(p) for p in ps)
+    for c, p, adjusted in zip(comps, ps, holm(ps), strict=True):
+        c.update(p=p, p_holm=adjusted, family=family)
+    for r in claims.values():
+        statuses = [
+            "unresolved" if c["status"] == "supports" and not c.get("p_holm", 0.0) < ALPHA else c["status"]
+            for c in r["comparisons"]
+        ]
+        r["verdict_holm"] = verdict(statuses)
 
 
 def mixed_commits(a: dict[int, dict], b: dict[int, dict], seeds: set[int]) -> list[int]:
@@ -68,13 +113,13 @@ def mixed_commits(a: dict[int, dict], b: dict[int, dict], seeds: set[int]) -> li
 def verdict(statuses: list[str]) -> str:
     """One word-group for a claim from its comparisons' statuses."""
     good = sum(s in ("supports", "consistent") for s in statuses)
-    bad = sum(s == "contradicts" for s in statuses)
+    bad = sum(s in ("contradicts", "falls short") for s in statuses)
     if not statuses or all(s == "no data" for s in statuses):
         return "No data yet"
     if bad and good:
         return "Mixed at this scale"
     if bad:
-        return "Contradicted at this scale"
+        return "Contradicted at this scale" if "contradicts" in statuses else "Not reproduced at this scale"
     if good == len(statuses):
         return "Reproduced at this scale"
     if good:
@@ -116,6 +161,7 @@ def claim_result(claim: Claim, runs: dict[str, dict[int, dict]], base: Config, s
                 "flags": config_changes(arm.config(base), base),
                 "seeds": sorted(r),
                 "collapses": sum(bool(x.get("collapsed")) for x in r.values()),
+                "untrained": sorted(s for s, x in r.items() if untrained(x)),
                 "summary": summary,
                 "runs": {str(s): {k: v for k, v in x.items() if k != "curves"} for s, x in sorted(r.items())},
                 "curves": _mean_curves(list(r.values())),
@@ -190,8 +236,15 @@ def _diff_text(c: dict) -> str:
     return (
         f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit}{bounds} over "
         f"{d['n']} seed{'s' if d['n'] > 1 else ''}, expected {c['expect']}{_margin(c, scale, unit)}: "
-        f"**{c['status']}**{few}{_mixed_text(c)}"
+        f"**{c['status']}**{few}{_p_text(c)}{_mixed_text(c)}"
     )
+
+
+def _p_text(c: dict) -> str:
+    p, adjusted = c.get("p"), c.get("p_holm")
+    if p is None or math.isnan(p):
+        return ""
+    return f" (p = {p:.3g}; {adjusted:.3g} after Holm's correction over the suite's {c['family']} such tests)"
 
 
 def _mixed_text(c: dict) -> str:
@@ -204,7 +257,11 @@ def _mixed_text(c: dict) -> str:
 
 
 def _margin(c: dict, scale: float, unit: str) -> str:
-    return f" (within +-{scale * c['margin']:g}{unit})" if c["expect"] == "similar" else ""
+    m = scale * c["margin"]
+    if not m:
+        return ""
+    return {"similar": f" (within +-{m:g}{unit})", "higher": f" (by {m:g}{unit} or more)",
+            "differs": f" (by more than {m:g}{unit} either way)"}[c["expect"]]  # fmt: skip
 
 
 def claim_markdown(res: dict, plot_dir: str, n_seeds: int) -> str:
@@ -213,6 +270,12 @@ def claim_markdown(res: dict, plot_dir: str, n_seeds: int) -> str:
     para = f"**Verdict: {res['verdict']}.** " + " ".join(_diff_text(c) + "." for c in res["comparisons"])
     collapsed = [f"{a['name']} {a['collapses']}/{len(a['seeds'])}" for a in res["arms"] if a["collapses"]]
     para += f" Collapsed runs: {', '.join(collapsed)}." if collapsed else " No run collapsed."
+    idle = [f"{a['name']} {len(a['untrained'])}/{len(a['seeds'])}" for a in res["arms"] if a.get("untrained")]
+    if idle:
+        para += (f" Runs that trained on no sequence (every group scored alike), left out of the numbers: "
+                 f"{', '.join(idle)}.")  # fmt: skip
+    if res.get("verdict_holm", res["verdict"]) != res["verdict"]:
+        para += f" After Holm's correction over the suite: {res['verdict_holm']}."
     if res.get("caveat"):
         para += f" **Caveat.** {res['caveat']}"
     if not res["complete"]:

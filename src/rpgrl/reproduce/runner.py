@@ -297,7 +297,9 @@ class _Workers:
         self.before = {p.pid for p in multiprocessing.active_children()}
         self.threads_before = set(threading.enumerate())
         ctx = multiprocessing.get_context("spawn")
-        self.pool = ProcessPoolExecutor(max(1, n), mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
+        self.pool = ProcessPoolExecutor(
+            max(1, n), mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), max(1, n))
+        )
         self.submit = self.pool.submit
 
     def close(self) -> None:
@@ -335,7 +337,11 @@ def _warm_model(out: Path, warm_cfg: Config, job: Job) -> Path:
 PARENT_POLL_SECONDS = 1.0
 
 
-def _worker_init(parent: int) -> None:
+_SUITE_WORKERS = 1
+"""runs at a time in the suite this worker belongs to (set by `_worker_init`; recorded by each run)"""
+
+
+def _worker_init(parent: int, workers: int = 1) -> None:
     """Each worker, before its first run. Ctrl-C reaches the whole process group, but the main process alone decides
     (it kills the workers): a worker ignores SIGINT, through a no-op handler rather than SIG_IGN, which exec would
     pass on to the runs' own child processes. And a worker whose suite is gone (SIGKILL, out of memory) exits: a
@@ -343,7 +349,10 @@ def _worker_init(parent: int) -> None:
     which also fires when the parent *thread* that started the worker ends, and would miss a parent that died before
     it was set; a worker whose parent is already gone exits at the first check). tqdm (the trainer's printing) gets
     a thread lock: its default, a multiprocessing lock, would be left by a killed worker to the resource tracker,
-    which then prints "leaked semaphore" warnings after the suite's last line; a run's output goes to its own log."""
+    which then prints "leaked semaphore" warnings after the suite's last line; a run's output goes to its own log.
+    `workers`: the suite's runs at a time, which each run records."""
+    global _SUITE_WORKERS
+    _SUITE_WORKERS = workers
     signal.signal(signal.SIGINT, lambda signum, frame: None)
     with contextlib.suppress(ImportError):
         from tqdm import tqdm
@@ -410,13 +419,35 @@ def _run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val
             traceback.print_exc()  # the suite stops with its first line; the log keeps the whole
             raise
     record = summarize_run(out / "run", error)
-    record.update(seed=seed, wall_seconds=time.perf_counter() - t, commit=commit)  # the run as `rpgrl train`
+    record.update(seed=seed, wall_seconds=time.perf_counter() - t, commit=commit, env=run_environment())
     if val_samples and error is None:
         record["sampled"] = final_sampled_accuracy(cfg, out / "run" / "model", val_samples)
     for sub in ("checkpoints", "model"):
         shutil.rmtree(out / "run" / sub, ignore_errors=True)
     write_text_atomic(out / "record.json", json.dumps(record) + "\n")  # written last: the run is finished
     return record
+
+
+def run_environment() -> dict[str, Any]:
+    """Where a run ran, as its record keeps it (the report's header reads these, not the reporting process's)."""
+    import platform
+
+    import torch
+    import transformers
+
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError, StopIteration):
+        cpu = next(x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+                   if x.startswith("model name"))  # fmt: skip
+    return {
+        "hardware": f"{cpu}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "workers": _SUITE_WORKERS,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def final_sampled_accuracy(cfg: Config, model_dir: Path, k: int) -> float:
@@ -472,6 +503,7 @@ def summarize_run(path: Path, error: str | None = None) -> dict[str, Any]:
         "best": 0.0 if diverged else max((e[M.EVAL_ACCURACY] for e in during), default=float("nan")),
         "sampled": 0.0 if diverged else final.get(M.EVAL_SAMPLED),
         "steps": len(rows),
+        "trained": sum(r.get("batch/trained", 0) for r in rows),  # 0: every group scored alike, nothing learned
         "stopped": stopped,
         "error": error,
         "collapsed": bool(error or stopped or start - final_acc >= COLLAPSE_POINTS / 100 - 1e-9),

@@ -33,28 +33,67 @@ class Interval:
         return self.low > 0 or self.high < 0
 
 
+def _mass(t: float, df: int, steps: int = 2000, upper: bool = False) -> float:
+    """P(0 < T < t) (or, `upper`, P(T > t)) for t >= 0 under Student's t with `df` degrees of freedom, integrated by
+    Simpson's rule in theta, t = sqrt(df) tan(theta), where the density becomes c sqrt(df) cos(theta)^(df - 1):
+    smooth on a bounded interval, so the heavy tail at df = 1 is as exact as the centre. The upper tail is
+    integrated over its own interval (theta(t), pi/2), not taken as 1/2 minus the mass, which cancels."""
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(math.pi))  # c sqrt(df)
+    a = math.atan(t / math.sqrt(df))
+    lo, hi = (a, math.pi / 2) if upper else (0.0, a)
+    h = (hi - lo) / steps
+    f = [max(0.0, math.cos(lo + i * h)) ** (df - 1) for i in range(steps + 1)]
+    return scale * h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+
 @functools.cache
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile (0.5 < p < 1) of Student's t with `df` >= 1 degrees of freedom: the t with
-    P(0 < T < t) = p - 1/2, solved by bisection. The mass is integrated by Simpson's rule in theta, t = sqrt(df)
-    tan(theta), where the density becomes c sqrt(df) cos(theta)^(df - 1): smooth on a bounded interval, so the
-    heavy tail at df = 1 (t(0.9995) = 636.6) is as exact as the centre (relative error < 1e-9 against scipy)."""
+    P(0 < T < t) = p - 1/2, solved by bisection over `_mass` (relative error < 1e-9 against scipy, t(0.9995) at
+    df = 1 = 636.6 included)."""
     if not 0.5 < p < 1 or df < 1:
         raise ValueError(f"t_quantile: need 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(math.pi))  # c sqrt(df)
-
-    def mass(t: float, steps: int = 2000) -> float:  # P(0 < T < t), t > 0
-        h = math.atan(t / math.sqrt(df)) / steps
-        f = [math.cos(i * h) ** (df - 1) for i in range(steps + 1)]
-        return scale * h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-
     lo, hi = 0.0, 1.0
-    while mass(hi) < p - 0.5:
+    while _mass(hi, df) < p - 0.5:
         lo, hi = hi, 2 * hi
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
+        lo, hi = (mid, hi) if _mass(mid, df) < p - 0.5 else (lo, mid)
     return (lo + hi) / 2
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) under Student's t with `df` >= 1 degrees of freedom."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    return _mass(t, df, upper=True) if t >= 0 else 0.5 + _mass(-t, df)
+
+
+def p_value(diff: Interval, shift: float = 0.0, level: float = LEVEL) -> float:
+    """Two-sided p-value of the paired t test behind `diff`'s interval, for a mean of at most `shift` in the
+    direction of the observed mean: 2 P(T > (|mean| - shift) / se), capped at 1, with the standard error read back
+    from the interval (se = half-width / t quantile). It is below 1 - `level` exactly when the interval lies beyond
+    +-shift on the mean's side. NaN below two values."""
+    if diff.n < 2 or math.isnan(diff.low):
+        return math.nan
+    se = (diff.high - diff.low) / 2 / t_quantile((1 + level) / 2, diff.n - 1)
+    excess = abs(diff.mean) - shift
+    if se == 0:
+        return 0.0 if excess > 0 else 1.0
+    return min(1.0, 2 * t_sf(excess / se, diff.n - 1))
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (NaN entries left out of the family and kept as NaN):
+    the k-th smallest of m is multiplied by m - k + 1, and the products made non-decreasing and capped at 1. Each
+    adjusted value below alpha rejects at family-wise error rate alpha."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for k, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - k) * p))
+        out[i] = running
+    return out
 
 
 def mean_interval(values: list[float], level: float = LEVEL) -> Interval:
