@@ -649,6 +649,17 @@ def test_rpgrl_eval_with_a_tokenizer_larger_than_the_model_is_one_line(tmp_path,
 # ---------- review fixes: scorer present, repeated flags, consistent votes, templates, one eval per folder ----------
 
 
+def test_remarks_a_grader_reads_past_do_not_split_the_vote():
+    """Correctness reads past remarks (`540 (the remainder)`, `The answer is 540.`); the vote kept them, so three
+    correct samples voted three ways and two wrong ones won maj@5 (a review's)."""
+    responses = ["Answer: 541", "Answer: 541", "Answer: 540", "Answer: 540 (the remainder)",
+                 "Answer: The answer is 540."]  # fmt: skip
+    assert [math_score(r, "540") for r in responses] == [False, False, True, True, True]
+    assert [judged_vote(r, "540") for r in responses] == ["541", "541", "540", "540", "540"]
+    res = run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "540", 0),))], lambda ps, n: [responses], k=5)
+    assert res[0].metrics["maj@5"] == 1.0
+
+
 def test_maj_votes_read_the_answer_the_verdict_read():
     """A response correct by the authors' rule (its `Answer: 42`) whose final answer is another (a later
     `**Answer**: 41` label) votes 42 in equiv mode: the majority's verdict then does not depend on sample order."""

@@ -60,6 +60,7 @@ from rpgrl.rewards.math import (
     math_score,
     normalize_answer,
     strict_correct,
+    without_remarks,
 )
 
 PASS_KS = (1, 2, 4, 8, 16, 32)
@@ -111,7 +112,8 @@ def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
     """The answer a response votes for in maj@k, or None (no answer: it does not vote).
 
     strict: the authors' normalised last `Answer:` in the last 300 characters; equiv: the normalised, cleaned final
-    answer (`Answer:` line, else the last `\\boxed{}`).
+    answer (`Answer:` line, else the last `\\boxed{}`) without what a grader reads past (`without_remarks`, as
+    equiv judges it: `540 (the remainder)` and `The answer is 540.` vote for 540, with `540`).
 
     >>> vote_answer("so 2+2 = 4.\\nAnswer: $4$"), vote_answer("no idea")
     ('4', None)
@@ -121,7 +123,7 @@ def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
         raw = None if raw == INVALID else raw
     else:
         raw = extract_final_answer(response)
-        raw = None if raw is None else clean_answer(raw)
+        raw = None if raw is None else without_remarks(clean_answer(raw))
     key = None if raw is None else normalize_answer(raw)
     return key or None
 

@@ -163,7 +163,8 @@ MAX_BELOW_LINES = 8  # an `Answer:` label with no answer on its line: read at mo
 _LABEL = re.compile(r"Answer\s*(?:\*\*|__)?\s*:", re.IGNORECASE)
 _MODULUS = re.compile(r"\\pmod\s*\{[^{}]*\}|\(\s*(?:\\?mod|\\bmod)\s*[^()]*\)")
 _DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
-_SEPARATOR = r"(?:,|\{,\}|\\,|\\!|\\ |~)"  # between digit groups: 1,000  1{,}000  1\,000  1\!000  1\ 000  1~000
+# between digit groups: 1,000  1{,}000  1\text{,}000  1\,000  1\!000  1\ 000  1~000
+_SEPARATOR = r"(?:,|\{,\}|\\text\{,\}|\\,|\\!|\\ |~)"
 _THOUSANDS = re.compile(rf"(?<=\d){_SEPARATOR}(?=\d{{3}}(?!\d))")
 # a number written with thousands separators, alone or assigned (x = 1,000): elsewhere a comma separates elements
 _GROUPED_NUMBER = re.compile(rf"(?:[A-Za-z]\w*\s*=\s*)?-?\d{{1,3}}(?:{_SEPARATOR}\d{{3}})+(?:\.\d+)?")
@@ -171,9 +172,10 @@ _MARKDOWN = re.compile(r"\*\*|__|`")
 _INTEGER = re.compile(r"-?\d{1,300}")
 
 
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every complete `\\boxed{...}` / `\\fbox{...}` in `text` (braces balanced), left to right.
-    One pass over the braces (linear: a response full of unclosed boxes must not cost quadratic time)."""
+def _boxes(text: str) -> list[tuple[int, str]]:
+    """(position of its opening brace, contents) of every complete `\\boxed{...}` / `\\fbox{...}` in `text`
+    (braces balanced), in the order they open. One pass over the braces (linear: a response full of unclosed boxes
+    must not cost quadratic time)."""
     box_opens = {m.end() - 1 for m in _BOXED.finditer(text)}  # positions of the "{" that open a box
     if not box_opens:
         return []
@@ -185,12 +187,18 @@ def _boxed_contents(text: str) -> list[str]:
             j = stack.pop()
             if j in box_opens:
                 found.append((j, text[j + 1 : m.start()]))
-    return [content for _, content in sorted(found)]
+    return sorted(found)
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every complete `\\boxed{...}` / `\\fbox{...}` in `text`, left to right (`_boxes`)."""
+    return [content for _, content in _boxes(text)]
 
 
 def extract_final_answer(response: str) -> str | None:
     """The one answer equiv mode judges: the last `Answer: ...` line anywhere in the response (the format the
-    prompt asks for, spec 7.5), else the last complete `\\boxed{...}`, else None (wrong).
+    prompt asks for, spec 7.5), else the last complete `\\boxed{...}`, else None (wrong). A box after the last
+    label's answer is later, and so final: "we verify our answer: 540 works. \\boxed{540}" is judged as 540.
 
     An earlier `\\boxed{4}` followed by `Answer: 5` is judged as 5; a hedge inside the final answer
     ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and so never equals a single value.
@@ -206,24 +214,28 @@ def extract_final_answer(response: str) -> str | None:
 
 def _final_answer_raw(response: str) -> str | None:
     labels = list(_LABEL.finditer(response))
+    boxes = _boxes(response)
     if labels:
-        return _label_content(response, labels[-1].end())
-    boxed = _boxed_contents(response)
-    return boxed[-1] if boxed else None
+        content, end = _label_content(response, labels[-1].end())
+        later = [c for j, c in boxes if j >= end]
+        return later[-1] if later else content
+    return boxes[-1][1] if boxes else None
 
 
-def _label_content(text: str, start: int) -> str:
+def _label_content(text: str, start: int) -> tuple[str, int]:
     """The answer after an `Answer:` label ending at `start`: the rest of its line; when that holds no answer (only
     spaces or markup: `Answer:`, `**Answer:**`, `Answer: $$`, `### Final Answer: \\[`, the answer set on the lines
     below as chat models format it), the lines below up to the first that holds one, with what came before it
-    (so `\\[ \\boxed{42}` reads as 42). Raw: only the spaces after the colon are left out."""
+    (so `\\[ \\boxed{42}` reads as 42). Raw: only the spaces after the colon are left out. Also returns where
+    the answer ends in `text`."""
     lines = text[start : start + 4 * MAX_ANSWER_CHARS].split("\n")
     taken = []
     for line in lines[:MAX_BELOW_LINES]:
         taken.append(line)
         if clean_answer(line):
             break
-    return "\n".join(taken).lstrip(" \t")
+    content = "\n".join(taken)
+    return content.lstrip(" \t"), start + len(content)
 
 
 def clean_answer(answer: str) -> str:
@@ -353,9 +365,11 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
     return _mathverify.equivalent(gold, pred, timeout=left)
 
 
-# a union of intervals, one at least unbounded or half-open: [2, \infty), (-\infty, 3] \cup (5, 6)
+# a union of intervals, one at least unbounded, half-open or closed: [2, \infty), (-\infty, 3] \cup (5, 6), [-1, 1]
 _INTERVAL_PART = r"[(\[][^()\[\]]*,[^()\[\]]*[)\]]"
-_INTERVAL = re.compile(rf"(?=.*(?:\\infty|\[[^\]]*\)|\([^)]*\]))\s*{_INTERVAL_PART}(?:\s*\\cup\s*{_INTERVAL_PART})*\s*")
+_INTERVAL = re.compile(
+    rf"(?=.*(?:\\infty|\[[^\]]*[)\]]|\([^)]*\]))\s*{_INTERVAL_PART}(?:\s*\\cup\s*{_INTERVAL_PART})*\s*"
+)
 _RELATION = re.compile(r"\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt)(?![A-Za-z])|[<>\u2264\u2265]")
 _OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])")  # "or" as a word: 4 or 5, 4 \text{ or } 5 (not \operatorname)
 _MATH_GROUP = re.compile(r"\$\$?([^$]+)\$\$?")
@@ -384,10 +398,12 @@ def is_hedge(answer: str, ground_truth: str) -> bool:
 # a leading phrase without digits or math ending in "is": "The answer is", "So the final answer is:", "It is"
 _ANSWER_IS = re.compile(r"[A-Za-z][A-Za-z ,']{0,60}?\bis\s*:?\s+(?=\S)", re.I)
 _CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}?(?:\s|~|\\[ ,;:!]|\\q?quad\b)*(?=\S)")
-# a trailing remark that holds no digit or math: in parentheses, after a dash, or after a comma and a connective
+# a trailing remark that holds no digit or math: in parentheses, after a dash, after a comma and a connective, or a
+# sentence going on after the value (`540 is the largest real part`)
 _ASSIGNMENT = r"[A-Za-z]\w*\s*=\s*-?\d+(?:\.\d+)?"  # m = 37: a side value a grader reads past, as (m = 37, n = 3)
 _REMARK = re.compile(
     r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
+    r"|\s(?:is|are)\s[^\d$=\\]*"
     rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\))$"
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
