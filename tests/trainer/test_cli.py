@@ -68,7 +68,8 @@ def _jsonl(path, rows):
             ["--rollout.prompts_per_step", str(10**11), "--train.mini_batch_prompts", "none"],
             "one step's 800000000000 rollouts of",
         ),  # fmt: skip
-        (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "lower rollout.prompts_per_step"),
+        # a generation batch larger than the training set (the DAPO presets' 1536 with a smaller file: a review's)
+        (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "more than the 20000 training"),
         # numbers no float32 tensor holds, and more problems than the synthetic task has
         (["--optim.lr", "1e39"], "optim.lr must be at most 3.403e+38 in size (float32's largest), got 1e+39"),
         (["--rollout.overlong_factor", "-4e38"], "rollout.overlong_factor must be at most 3.403e+38 in size"),
@@ -103,6 +104,12 @@ def test_bad_data_files(capsys, tmp_path):
         err = _fail(capsys, ["--data.train", path, "--data.reward", "math01", "--out", str(out)])
         assert needle in err
         assert not out.exists()
+    three = _jsonl(tmp_path / "three.jsonl", [{"prompt": f"{i}+1", "answer": str(i + 1)} for i in range(3)])
+    fill = ["--rollout.group_filter", "fill", "--rollout.prompts_per_step", "1", "--train.mini_batch_prompts", "1"]
+    err = _fail(capsys, ["--data.train", three, "--data.reward", "math01", "--sft.max_steps", "0", *fill,
+                         "--rollout.gen_prompts", "7", "--out", str(out)])  # fmt: skip
+    assert "rollout.gen_prompts 7 is more than the 3 training prompts" in err and "about 2 times" in err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

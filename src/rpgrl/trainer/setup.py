@@ -370,6 +370,16 @@ class Run:
 ROLLOUT_BYTES = 28
 
 
+def _check_generation_batch(cfg: Config, n_prompts: int) -> None:
+    """DAPO's generation batch (`rollout.gen_prompts`, a preset's 3 x 512) over a smaller training set would draw
+    each prompt several times per batch (a review: a 70-row file sampled 22 times over at every step): refused."""
+    r = cfg.rollout
+    if r.group_filter == "fill" and r.gen_prompts is not None and r.gen_prompts > n_prompts:
+        raise UsageError(f"rollout.gen_prompts {r.gen_prompts} is more than the {n_prompts} training prompts: each "
+                         f"generation batch would draw every prompt about {r.gen_prompts // n_prompts} times; lower "
+                         f"it (DAPO: 3 x rollout.prompts_per_step = {3 * r.prompts_per_step})")  # fmt: skip
+
+
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
     """The largest generation chunk the run will sample (training groups; held-out and benchmark evaluation, at
     most rollout.gen_batch_size rows unless one group is larger) and one step's rollouts, held until its update,
@@ -437,6 +447,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     _seed_everything(cfg.train.seed)
     tokenizer = build_tokenizer(cfg)
     task = load_task(cfg, tokenizer)  # every prompt is read and checked before the weights load
+    _check_generation_batch(cfg, len(task.train_prompts))
     if ckpt is None and cfg.sft.max_steps > 0 and task.train_problems is None:
         raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
     benchmarks = load_benchmarks(cfg)
