@@ -658,6 +658,13 @@ def test_remarks_a_grader_reads_past_do_not_split_the_vote():
     assert [judged_vote(r, "540") for r in responses] == ["541", "541", "540", "540", "540"]
     res = run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "540", 0),))], lambda ps, n: [responses], k=5)
     assert res[0].metrics["maj@5"] == 1.0
+    # wrong answers keep their own votes: stripping what looks like a remark merged 3(a-b) with 3(b-a), and
+    # 2\sin(x) with 2\sin(y) (a review of the first fix)
+    wrong = ["Answer: $3(a-b)$", "Answer: $3(b-a)$", "Answer: $2\\sin(x)$", "Answer: $2\\sin(y)$", "Answer: (B)"]
+    assert len({judged_vote(r, "3(a+b)") for r in wrong}) == 5
+    votes = [judged_vote(r, "3(a+b)") for r in ["Answer: $3(a+b)$", "Answer: $3(a-b)$", "Answer: $3(b-a)$"]]
+    assert votes == ["3(a+b)", "3(a-b)", "3(b-a)"] and majority_correct(votes, [True, False, False])
+    assert judged_vote("Answer: 1080/2", "540", correct=True) == "540"  # the correctness given is the one voted
 
 
 def test_maj_votes_read_the_answer_the_verdict_read():

@@ -15,10 +15,10 @@ Metrics per benchmark, each averaged over problems:
   size j with replacement, numpy legacy seed 42 re-seeded for every problem and j), the max / min of each resample.
   Not the empirical "any of k correct": for accuracy p it approaches 1 - (1 - p)^j.
 * `maj@j` for the same j as pass@j, plus j = k: majority vote over the problem's first j samples (samples are
-  i.i.d., so the first j are a random j-subset). Each sample votes for its extracted answer (`vote_answer`: the
-  answer the scoring mode judges, normalised with the authors' rules; in equiv mode a response correct by the
-  authors' rule votes for the answer that rule read, `judged_vote`; answers vote together only when those
-  strings are equal, no symbolic equivalence); samples without an answer do not vote. The most-voted answer wins;
+  i.i.d., so the first j are a random j-subset). A correct sample votes for the ground truth (all correct answers
+  are one answer, however written); a wrong one for its extracted answer (`vote_answer`: the answer the scoring
+  mode judges, normalised with the authors' rules; wrong answers vote together only when those strings are equal,
+  no symbolic equivalence: `judged_vote`); samples without an answer do not vote. The most-voted answer wins;
   a tie goes to the tied answer sampled first. The problem counts as solved when the first sample carrying the
   winning answer is correct; with no votes at all it counts as unsolved.
 
@@ -59,8 +59,6 @@ from rpgrl.rewards.math import (
     extract_strict,
     math_score,
     normalize_answer,
-    strict_correct,
-    without_remarks,
 )
 
 PASS_KS = (1, 2, 4, 8, 16, 32)
@@ -112,8 +110,7 @@ def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
     """The answer a response votes for in maj@k, or None (no answer: it does not vote).
 
     strict: the authors' normalised last `Answer:` in the last 300 characters; equiv: the normalised, cleaned final
-    answer (`Answer:` line, else the last `\\boxed{}`) without what a grader reads past (`without_remarks`, as
-    equiv judges it: `540 (the remainder)` and `The answer is 540.` vote for 540, with `540`).
+    answer (`Answer:` line, else the last `\\boxed{}`).
 
     >>> vote_answer("so 2+2 = 4.\\nAnswer: $4$"), vote_answer("no idea")
     ('4', None)
@@ -123,22 +120,27 @@ def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
         raw = None if raw == INVALID else raw
     else:
         raw = extract_final_answer(response)
-        raw = None if raw is None else without_remarks(clean_answer(raw))
+        raw = None if raw is None else clean_answer(raw)
     key = None if raw is None else normalize_answer(raw)
     return key or None
 
 
-def judged_vote(response: str, ground_truth: str, mode: Mode = "equiv") -> str | None:
-    """`vote_answer`, except that in equiv mode a response correct by the authors' rule votes for the answer that
-    rule read (equiv judges it correct by that answer even when its final answer, e.g. a later `**Answer**:`
-    label, differs), so a sample's vote and its correctness always concern the same answer.
+def judged_vote(response: str, ground_truth: str, mode: Mode = "equiv", correct: bool | None = None) -> str | None:
+    """The answer a sample votes for in maj@k, given its correctness under `mode` (`math_score`, computed when
+    `correct` is None): a correct response votes for the ground truth, since every correct answer is the truth
+    however it is written (`540`, `540 (the remainder)`, `The answer is 540.`, and in equiv mode an earlier
+    `Answer: 42` the authors' rule read before a later `**Answer**: 41`); a wrong one for its own answer
+    (`vote_answer`). So a sample's vote and its correctness always concern the same answer.
 
     >>> judged_vote("Answer: 42\\n**Answer**: 41", "42"), vote_answer("Answer: 42\\n**Answer**: 41")
     ('42', '41')
     """
-    if mode == "equiv" and strict_correct(response, ground_truth):
-        return vote_answer(response, "strict")
-    return vote_answer(response, mode)
+    if correct is None:
+        correct = math_score(response, ground_truth, mode)
+    if not correct:
+        return vote_answer(response, mode)
+    truth = str(ground_truth)
+    return normalize_answer(truth if mode == "strict" else clean_answer(truth)) or truth
 
 
 def majority_correct(votes: Sequence[str | None], correct: Sequence[bool]) -> bool:
@@ -366,7 +368,8 @@ def run_benchmarks(
             for p, texts in zip(problems, responses, strict=True)
         ]
         votes = [
-            [judged_vote(text, p.answer, mode) for text in texts] for p, texts in zip(problems, responses, strict=True)
+            [judged_vote(text, p.answer, mode, ok) for text, ok in zip(texts, oks, strict=True)]
+            for p, texts, oks in zip(problems, responses, correct, strict=True)
         ]
         metrics = benchmark_metrics(correct, votes)
         results.append(BenchmarkResult(bench.name, problems, responses, correct, metrics, votes))

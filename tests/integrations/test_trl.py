@@ -230,6 +230,7 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"generation_kwargs": {"temperature": 0.5}}, r"generation_kwargs\['temperature'\] change"),
         ({"generation_kwargs": {"do_sample": False}}, r"generation_kwargs\['do_sample'\] change"),
         ({"top_k": 5, "use_vllm": True, "vllm_importance_sampling_correction": False}, "top_k change"),
+        ({"vllm_structured_outputs_regex": "[0-9]+"}, "vllm_structured_outputs_regex change"),
         # GDPO's normalisation ignores scale_rewards: the advantage was silently not R - group mean
         ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum"),
         ({"epsilon_high": "high"}, "epsilon_high must be a number or none"),
@@ -246,6 +247,8 @@ def test_neutral_sampling_settings_and_corrected_filters_are_accepted(tmp_path):
     common = dict(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True)
     neutral = {"max_new_tokens": 5, "temperature": 0.7, "top_p": 1.0, "top_k": 0, "do_sample": True, "use_cache": True}
     RPGConfig(**common, temperature=0.7, generation_kwargs=neutral, top_k=0, top_p=1.0, repetition_penalty=1.0)
+    vllm = {"stop": ["</s>"], "seed": 3, "skip_special_tokens": False, "top_k": -1}  # vLLM's names (a review's)
+    RPGConfig(**common, use_vllm=True, vllm_importance_sampling_correction=False, generation_kwargs=vllm, top_k=-1)
     RPGConfig(**common, top_k=5, top_p=0.9, use_vllm=True, vllm_importance_sampling_correction=True)
     RPGConfig(**common, multi_objective_aggregation="normalize_then_sum", scale_rewards="group")  # not RPG's estimator
 

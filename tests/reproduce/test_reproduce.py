@@ -10,6 +10,7 @@ import torch
 
 from rpgrl.cli import main as rpgrl_main
 from rpgrl.config import check
+from rpgrl.errors import UsageError
 from rpgrl.presets import DEFAULT, get_preset
 from rpgrl.reproduce import cli as reproduce_cli
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Arm, Claim, Comparison, base_config, family, then
@@ -166,6 +167,9 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
     res3 = reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=2, run=False, base=base, warm=warm)
     assert res3["claims"]["toy"]["arms"] == r["arms"] and res3["claims"]["toy"]["comparisons"] == r["comparisons"]
     assert res3["header"]["setup"] == header["setup"]  # the runs' own "1 at a time", not this call's jobs=2
+    for other, scale_ in (([0, 1], scale), ([0], replace(scale, steps=3))):  # not what results.json holds: refused
+        with pytest.raises(UsageError, match="seeds|another scale"):
+            reproduce_cli.reproduce(["toy"], other, scale_, out, report, run=False, base=base, warm=warm)
     (tmp_path / "elsewhere").rename(cache)
 
     # an unfinished run (no record.json) is started again; a changed arm runs anew

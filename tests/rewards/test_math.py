@@ -364,13 +364,21 @@ EQUIV_TABLE = [
     ("Answer: \\sqrt{}", "5", False),  # empty radicand
     ("Answer: }{}{", "5", False),  # brace soup
     ("Answer: \\boxed{5", "5", True),  # an unclosed box is still read as 5 by math-verify
-    # a box after the last "answer:" label's answer is the final answer (prose like "our answer: ..." was read)
+    # "answer:" inside a sentence is prose, read past when a box follows (it was read as the final answer) ...
     ("We verify our answer: 540 satisfies both conditions.\n\\boxed{540}", "540", True),
     ("To find the answer: we first compute the sum.\nThe sum is 12, so the result is $\\boxed{12}$.", "12", True),
     ("<think>\nMaybe the answer: 541? Let me recheck.\n</think>\nThe answer is $\\boxed{540}$.", "540", True),
     ("<think>\nMaybe the answer: 541? Let me recheck.\n</think>\nThe answer is $\\boxed{540}$.", "541", False),
-    ("Answer: 4\nWait, that is off by one: $\\boxed{5}$", "5", True),
-    ("so x = \\boxed{4}.\nAnswer: 5", "4", False),  # a label after the box: still the label
+    ("Thus the answer: 42", "42", True),  # ... and read when nothing follows
+    ("\\boxed{41}, so the answer: 42", "42", True),
+    # an answer label starting a line stays the final answer, before or after any box (a review: a later box had
+    # made a hedge right for both of its values, and an intermediate box win over the label)
+    ("Answer: 4\nWait, that is off by one: $\\boxed{5}$", "5", False),
+    ("Answer: 12\n\nExplanation: we set $\\boxed{a = 3}$ first." + " More." * 60, "12", True),
+    ("Answer: 540\nWe double-check our answer: it works.", "540", True),
+    ("so x = \\boxed{4}.\nAnswer: 5", "4", False),
+    ("**Final Answer:** 42", "42", True),
+    ("1. Answer: 42", "42", True),
     ("Answer:\n\\[ \\boxed{42} \\]", "42", True),  # the box that is the label's answer
     # more of what a grader reads past (a review's): a thousands separator in text, a sentence after the value,
     # a closed interval as an inequality
@@ -378,6 +386,8 @@ EQUIV_TABLE = [
     ("Answer: 540 is the largest possible real part.", "540", True),
     ("Answer: 821 is the remainder", "821", True),
     ("Answer: 541 is wrong, 540", "540", False),  # digits in what follows: not a remark
+    ("Answer: 540 is not correct", "540", False),  # nor a negation (a review: read as 540)
+    ("Answer: 540 is wrong", "540", False),
     ("\\boxed{-1 \\le x \\le 1}", "[-1,1]", True),
     ("\\boxed{-1 < x \\le 1}", "[-1,1]", False),
 ]

@@ -65,11 +65,20 @@ def _jsonl(path, rows):
         (["--eval.val_samples", str(10**9)], "or eval.val_samples"),  # was found after the warm start
         # a step's rollouts larger than the machine (a MemoryError, or the machine out of memory, mid-run)
         (
-            ["--rollout.prompts_per_step", str(10**11), "--train.mini_batch_prompts", "none"],
-            "one step's 800000000000 rollouts of",
+            [
+                "--data.num_train",
+                "324000",
+                "--rollout.prompts_per_step",
+                "324000",
+                "--rollout.group_size",
+                "64",
+                "--train.mini_batch_prompts",
+                "none",
+            ],
+            "one step's 20736000 rollouts of",
         ),  # fmt: skip
         # a generation batch larger than the training set (the DAPO presets' 1536 with a smaller file: a review's)
-        (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "more than the 20000 training"),
+        (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "is twice the 20000 training"),
         # numbers no float32 tensor holds, and more problems than the synthetic task has
         (["--optim.lr", "1e39"], "optim.lr must be at most 3.403e+38 in size (float32's largest), got 1e+39"),
         (["--rollout.overlong_factor", "-4e38"], "rollout.overlong_factor must be at most 3.403e+38 in size"),
@@ -108,8 +117,8 @@ def test_bad_data_files(capsys, tmp_path):
     fill = ["--rollout.group_filter", "fill", "--rollout.prompts_per_step", "1", "--train.mini_batch_prompts", "1"]
     err = _fail(capsys, ["--data.train", three, "--data.reward", "math01", "--sft.max_steps", "0", *fill,
                          "--rollout.gen_prompts", "7", "--out", str(out)])  # fmt: skip
-    assert "rollout.gen_prompts 7 is more than the 3 training prompts" in err and "about 2 times" in err
-    assert not out.exists()
+    assert "rollout.gen_prompts 7 is twice the 3 training prompts or more" in err and "2.33 times" in err
+    assert "at most 3" in err and not out.exists()
 
 
 @pytest.mark.parametrize(

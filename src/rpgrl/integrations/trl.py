@@ -152,17 +152,20 @@ _TRL_NAMES = {"beta": "rpg_beta", "c": "clip_ratio_c", "eps_low": "epsilon", "ep
 # GRPOConfig's sampling settings and generation_kwargs keys that change the distribution completions are drawn from,
 # each with the values that leave it as it is
 _SAMPLING_NEUTRAL = {
-    "top_k": (0, None),
+    "top_k": (0, -1, None),  # -1: vLLM's "off"
     "top_p": (1.0, None),
     "min_p": (0.0, None),
     "typical_p": (1.0, None),
     "repetition_penalty": (1.0, None),
     "do_sample": (True, None),
 }
-# generation_kwargs keys that leave the distribution as it is: length limits, stop strings, special ids, caching
+# generation_kwargs keys that leave the distribution as it is: length limits, stop strings, special ids, caching,
+# seeds, detokenisation (transformers' GenerationConfig and vLLM's SamplingParams)
 _GENERATION_NEUTRAL = frozenset(
     {"max_new_tokens", "max_length", "max_time", "stop_strings", "eos_token_id", "pad_token_id", "bos_token_id",
-     "cache_implementation", "cache_config", "use_cache", "disable_compile", "compile_config"}
+     "cache_implementation", "cache_config", "use_cache", "disable_compile", "compile_config", "stop",
+     "stop_token_ids", "seed", "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
+     "detokenize", "logprobs", "prompt_logprobs", "max_tokens"}
 )  # fmt: skip
 
 
@@ -171,6 +174,8 @@ def _sampling_filters(config: RPGConfig) -> list[str]:
     found = [
         k for k in ("top_k", "top_p", "min_p", "repetition_penalty") if getattr(config, k) not in _SAMPLING_NEUTRAL[k]
     ]
+    if getattr(config, "vllm_structured_outputs_regex", None) is not None:  # the regex masks tokens
+        found.append("vllm_structured_outputs_regex")
     for key, value in (config.generation_kwargs or {}).items():
         if key == "temperature":
             neutral = value == config.temperature

@@ -20,7 +20,6 @@ from pathlib import Path
 from rpgrl.errors import ArgumentParser, UsageError, dir_problem
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm_start_config
 from rpgrl.reproduce.report import (
-    DIRECTIONAL,
     add_multiplicity,
     claim_markdown,
     claim_result,
@@ -150,7 +149,7 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         rec = cached_record(run_dir(out, job))
         if rec is not None:
             runs.setdefault(name, {}).setdefault(arm, {})[job.seed] = rec
-    earlier = _earlier_results(out, claims, base) if not run and not runs else None
+    earlier = _earlier_results(out, claims, base, scale, seeds) if not run and not runs else None
     if earlier is not None:  # no run cache (another machine): the records an earlier results.json holds
         runs = earlier["runs"]
     if not run and not runs:  # a mistyped --out would otherwise overwrite a report with an empty one
@@ -215,14 +214,15 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
 
 
 def _multiplicity_text(claims: dict) -> str:
-    m = sum(c["expect"] in DIRECTIONAL for r in claims.values() for c in r["comparisons"])
+    comps = [c for r in claims.values() for c in r["comparisons"]]
+    k = sum(c["expect"] == "higher" for c in comps)
     return (
-        f"**Many comparisons.** The suite makes {m} directional comparisons (expected higher, or different), each a "
-        "two-sided test at 5%. If no arm truly differed, each would come out resolved in the expected direction "
-        f"by chance with probability 2.5%, so at least one of the {m} with probability {1 - 0.975**m:.0%}. Each "
-        "directional comparison therefore also gives its p-value and Holm's adjustment over the suite's family, "
-        "and the table below a second verdict in which a support that does not survive the adjustment counts as "
-        "unresolved. An expected advantage that the interval rules out down to its margin (the smallest "
+        f"**Many comparisons.** The suite makes {len(comps)} comparisons, each status resolved by a two-sided test "
+        f'at 5%. Were no arm truly different, each of its {k} "expected higher" comparisons would come out '
+        f"supporting by chance with probability 2.5%, so at least one of them with probability {1 - 0.975**k:.0%}. "
+        "Each comparison therefore also gives the p-value of the test its status rests on and Holm's adjustment "
+        "over the suite, and the table below a second verdict in which a status whose adjusted p is 5% or more "
+        "counts as unresolved. An expected advantage that the interval rules out down to its margin (the smallest "
         "difference that would reproduce the claim at this scale) *falls short*."
     )
 
@@ -247,14 +247,21 @@ def _commit() -> str:
         return ""
 
 
-def _earlier_results(out: Path, claims: list[str], base) -> dict | None:
+def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: list[int]) -> dict | None:
     """From OUT/results.json, written by an earlier suite: {"runs": claim -> arm -> seed -> record, "curves":
     (claim, arm) -> mean curves, "header": its header}, for the arms whose flags are still the claim's (an arm
-    changed since is left out); None when there is no such file."""
+    changed since is left out); None when there is no such file. A suite at another scale (--quick or not) or over
+    other seeds than `seeds` is refused (its arms' mean curves are over all its seeds)."""
     path = out / "results.json"
     if not path.is_file():
         return None
     stored = json.loads(path.read_text())
+    if stored.get("header", {}).get("scale") != scale.__dict__:
+        raise UsageError(f"--no-run: {path} holds a suite at another scale than this command's (--quick or not): "
+                         "pass the same scale")  # fmt: skip
+    if set(stored["header"].get("seeds", [])) != set(seeds):
+        raise UsageError(f"--no-run: {path} holds seeds {stored['header'].get('seeds')}, not this command's "
+                         f"{seeds}: pass --seeds {len(stored['header'].get('seeds', []))}")  # fmt: skip
     runs: dict[str, dict[str, dict[int, dict]]] = {}
     curves = {}
     for name in claims:

@@ -3,16 +3,16 @@
 Everything in `docs/results.md` is generated here from the records; nothing is typed by hand. A comparison's
 status follows from its 95% t interval of the per-seed difference and what the paper leads one to expect (below
 MIN_SEEDS paired seeds it is unresolved whatever the interval):
-    higher   supports when the interval lies above 0, contradicts when below; falls short when it includes 0 but
-             lies below +margin (it rules out an advantage of the size that would reproduce the claim); else
-             unresolved
+    higher   contradicts when the interval lies below 0; falls short when it lies below +margin (it rules out an
+             advantage of the size that would reproduce the claim, even if one smaller than that is resolved);
+             supports when it lies above 0; else unresolved
     similar  consistent when the interval lies within +-margin, contradicts when it lies wholly outside, else
              unresolved (an equivalence test: a small but resolved difference is still "similar")
     differs  supports when the interval lies beyond +-margin, contradicts when it lies within it (then the two do
              not differ by the claimed size), else unresolved
-and a claim's verdict from its comparisons' statuses (`verdict`). The directional comparisons (higher, differs) of
-the whole suite are one family of tests: each also gets its p-value and Holm's adjustment over the family
-(`add_multiplicity`), and each claim a second verdict in which a "supports" that does not survive it is unresolved.
+and a claim's verdict from its comparisons' statuses (`verdict`). Each status rests on a t test (`status_p`), and
+the comparisons of the whole suite are one family of tests: each also gets Holm's adjustment over the family
+(`add_multiplicity`), and each claim a second verdict in which a status that does not survive it is unresolved.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from rpgrl.config import Config, config_to_dict
 from rpgrl.reproduce.claims import Claim
-from rpgrl.reproduce.stats import LEVEL, MIN_SEEDS, Interval, holm, mean_interval, p_value, paired_difference
+from rpgrl.reproduce.stats import LEVEL, MIN_SEEDS, Interval, holm, mean_interval, p_side, paired_difference
 
 LABELS = {
     "final": "greedy Last",
@@ -64,11 +64,11 @@ def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
     if diff.n < MIN_SEEDS:
         return "unresolved"
     if expect == "higher":
-        if diff.low > 0:
-            return "supports"
         if diff.high < 0:
             return "contradicts"
-        return "falls short" if diff.high < margin else "unresolved"
+        if diff.high < margin:
+            return "falls short"
+        return "supports" if diff.low > 0 else "unresolved"
     within = -margin <= diff.low and diff.high <= margin
     if expect == "similar":
         if within:
@@ -79,26 +79,50 @@ def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
     return "contradicts" if margin > 0 and within else "unresolved"
 
 
-DIRECTIONAL = ("higher", "differs")
 ALPHA = 1 - LEVEL
+RESOLVED = ("supports", "consistent", "contradicts", "falls short")
+
+
+def status_p(diff: Interval, expect: str, margin: float, status_: str) -> float:
+    """The p-value of the t test `status_` rests on (each below ALPHA exactly when its interval condition holds,
+    `stats.p_side`): higher: above 0 (supports), below 0 (contradicts), below +margin (falls short); similar:
+    within +-margin (consistent: both one-sided tests, the larger p), beyond it (contradicts); differs: beyond
+    +-margin (supports), within it (contradicts). Unresolved: the smallest p of the statuses it could have had."""
+    m = margin
+
+    def within() -> float:
+        return max(p_side(diff, -m, 1), p_side(diff, m, -1))
+
+    def beyond() -> float:
+        return min(p_side(diff, m, 1), p_side(diff, -m, -1))
+
+    if expect == "higher":
+        tests = {"supports": p_side(diff, 0.0, 1), "contradicts": p_side(diff, 0.0, -1)}
+        if m:
+            tests["falls short"] = p_side(diff, m, -1)
+    elif expect == "similar":
+        tests = {"consistent": within(), "contradicts": beyond()}
+    else:
+        tests = {"supports": beyond(), **({"contradicts": within()} if m else {})}
+    return tests[status_] if status_ in tests else min(tests.values())
 
 
 def add_multiplicity(claims: dict[str, dict]) -> None:
-    """Every directional comparison of the suite's claim results gets `p` (its two-sided paired t test: against 0
-    for higher, against +-margin for differs; below ALPHA exactly when its status is resolved), `p_holm` (Holm's
-    adjustment over all of them with MIN_SEEDS seeds or more) and `family` (how many); every claim `verdict_holm`,
-    its verdict with each "supports" whose adjusted p is not below ALPHA counted as unresolved."""
-    comps = [c for r in claims.values() for c in r["comparisons"] if c["expect"] in DIRECTIONAL]
+    """Every comparison of the suite's claim results with MIN_SEEDS seeds or more gets `p` (`status_p`), `p_holm`
+    (Holm's adjustment over all of them) and `family` (how many); every claim `verdict_holm`, its verdict with each
+    resolved status whose adjusted p is not below ALPHA counted as unresolved."""
+    comps = [c for r in claims.values() for c in r["comparisons"]]
     ps = []
     for c in comps:
         d = Interval(**c["difference"])
-        ps.append(p_value(d, c["margin"] if c["expect"] == "differs" else 0.0) if d.n >= MIN_SEEDS else math.nan)
+        ps.append(status_p(d, c["expect"], c["margin"], c["status"]) if d.n >= MIN_SEEDS else math.nan)
     family = sum(not math.isnan(p) for p in ps)
     for c, p, adjusted in zip(comps, ps, holm(ps), strict=True):
-        c.update(p=p, p_holm=adjusted, family=family)
+        if not math.isnan(p):
+            c.update(p=p, p_holm=adjusted, family=family)
     for r in claims.values():
         statuses = [
-            "unresolved" if c["status"] == "supports" and not c.get("p_holm", 0.0) < ALPHA else c["status"]
+            "unresolved" if c["status"] in RESOLVED and not c.get("p_holm", 1.0) < ALPHA else c["status"]
             for c in r["comparisons"]
         ]
         r["verdict_holm"] = verdict(statuses)
@@ -244,7 +268,7 @@ def _p_text(c: dict) -> str:
     p, adjusted = c.get("p"), c.get("p_holm")
     if p is None or math.isnan(p):
         return ""
-    return f" (p = {p:.3g}; {adjusted:.3g} after Holm's correction over the suite's {c['family']} such tests)"
+    return f" (p = {p:.3g}; {adjusted:.3g} after Holm's correction over the suite's {c['family']} comparisons)"
 
 
 def _mixed_text(c: dict) -> str:

@@ -69,18 +69,24 @@ def t_sf(t: float, df: int) -> float:
     return _mass(t, df, upper=True) if t >= 0 else 0.5 + _mass(-t, df)
 
 
-def p_value(diff: Interval, shift: float = 0.0, level: float = LEVEL) -> float:
-    """Two-sided p-value of the paired t test behind `diff`'s interval, for a mean of at most `shift` in the
-    direction of the observed mean: 2 P(T > (|mean| - shift) / se), capped at 1, with the standard error read back
-    from the interval (se = half-width / t quantile). It is below 1 - `level` exactly when the interval lies beyond
-    +-shift on the mean's side. NaN below two values."""
+def p_side(diff: Interval, bound: float, side: int, level: float = LEVEL) -> float:
+    """p-value of the paired t test that the mean lies above `bound` (`side` +1) or below it (-1), doubled so that
+    it is below 1 - `level` exactly when `diff`'s two-sided interval lies wholly on that side: 2 P(T > side (mean -
+    bound) / se), capped at 1, with the standard error read back from the interval (se = half-width / t quantile).
+    NaN below two values."""
     if diff.n < 2 or math.isnan(diff.low):
         return math.nan
     se = (diff.high - diff.low) / 2 / t_quantile((1 + level) / 2, diff.n - 1)
-    excess = abs(diff.mean) - shift
+    excess = side * (diff.mean - bound)
     if se == 0:
         return 0.0 if excess > 0 else 1.0
     return min(1.0, 2 * t_sf(excess / se, diff.n - 1))
+
+
+def p_value(diff: Interval, shift: float = 0.0, level: float = LEVEL) -> float:
+    """Two-sided p-value of the paired t test that the mean lies beyond +-`shift` (0: the usual test of a zero
+    mean): below 1 - `level` exactly when the interval lies wholly above `shift` or wholly below -`shift`."""
+    return min(p_side(diff, shift, 1, level), p_side(diff, -shift, -1, level))
 
 
 def holm(pvalues: list[float]) -> list[float]:

@@ -196,9 +196,11 @@ def _boxed_contents(text: str) -> list[str]:
 
 
 def extract_final_answer(response: str) -> str | None:
-    """The one answer equiv mode judges: the last `Answer: ...` line anywhere in the response (the format the
-    prompt asks for, spec 7.5), else the last complete `\\boxed{...}`, else None (wrong). A box after the last
-    label's answer is later, and so final: "we verify our answer: 540 works. \\boxed{540}" is judged as 540.
+    """The one answer equiv mode judges: the last `Answer: ...` label that starts a line (the format the prompt asks
+    for, spec 7.5: `Answer:`, `**Final Answer:**`, `### Answer:`), else the last complete `\\boxed{...}` unless an
+    `answer:` inside a sentence comes after it, else that sentence's answer, else None (wrong). So prose such as
+    "we verify our answer: 540 works" before a final `\\boxed{540}` is read past, and "thus the answer: 42" with
+    no box is still read.
 
     An earlier `\\boxed{4}` followed by `Answer: 5` is judged as 5; a hedge inside the final answer
     ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and so never equals a single value.
@@ -214,12 +216,18 @@ def extract_final_answer(response: str) -> str | None:
 
 def _final_answer_raw(response: str) -> str | None:
     labels = list(_LABEL.finditer(response))
+    lines = [m for m in labels if _LINE_START.fullmatch(response, response.rfind("\n", 0, m.start()) + 1, m.start())]
+    if lines:
+        return _label_content(response, lines[-1].end())[0]
     boxes = _boxes(response)
     if labels:
         content, end = _label_content(response, labels[-1].end())
-        later = [c for j, c in boxes if j >= end]
-        return later[-1] if later else content
+        return boxes[-1][1] if boxes and boxes[-1][0] >= end else content
     return boxes[-1][1] if boxes else None
+
+
+# what may precede an answer label on its line: spaces, markdown (list marks, headings, quotes, emphasis), "Final"
+_LINE_START = re.compile(r"[\s#>*_\-]*(?:\d{1,2}[.)]\s*)?(?:(?:the\s+)?final\s+)?(?:\*\*|__)?", re.IGNORECASE)
 
 
 def _label_content(text: str, start: int) -> tuple[str, int]:
@@ -403,7 +411,7 @@ _CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}
 _ASSIGNMENT = r"[A-Za-z]\w*\s*=\s*-?\d+(?:\.\d+)?"  # m = 37: a side value a grader reads past, as (m = 37, n = 3)
 _REMARK = re.compile(
     r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
-    r"|\s(?:is|are)\s[^\d$=\\]*"
+    r"|\s(?:is|are)\s(?![^\d$=\\]*\b(?:not|no|never|wrong|incorrect|impossible|false|invalid)\b)[^\d$=\\]*"
     rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\))$"
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)

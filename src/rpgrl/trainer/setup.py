@@ -371,13 +371,15 @@ ROLLOUT_BYTES = 28
 
 
 def _check_generation_batch(cfg: Config, n_prompts: int) -> None:
-    """DAPO's generation batch (`rollout.gen_prompts`, a preset's 3 x 512) over a smaller training set would draw
-    each prompt several times per batch (a review: a 70-row file sampled 22 times over at every step): refused."""
+    """DAPO's generation batch (`rollout.gen_prompts`, a preset's 3 x 512) of twice the training set or more would
+    draw every prompt several times over in each batch (a review: a 70-row file sampled 22 times over at every
+    step, 45 s per step for 16 trained responses): refused. `rollout.prompts_per_step` is the batch the user trains
+    on and stays theirs to choose (a small file repeats prompts within a step)."""
     r = cfg.rollout
-    if r.group_filter == "fill" and r.gen_prompts is not None and r.gen_prompts > n_prompts:
-        raise UsageError(f"rollout.gen_prompts {r.gen_prompts} is more than the {n_prompts} training prompts: each "
-                         f"generation batch would draw every prompt about {r.gen_prompts // n_prompts} times; lower "
-                         f"it (DAPO: 3 x rollout.prompts_per_step = {3 * r.prompts_per_step})")  # fmt: skip
+    if r.group_filter == "fill" and r.gen_prompts is not None and r.gen_prompts >= 2 * n_prompts:
+        raise UsageError(f"rollout.gen_prompts {r.gen_prompts} is twice the {n_prompts} training prompts or more: "
+                         f"each generation batch would draw every prompt {r.gen_prompts / n_prompts:.3g} times on "
+                         f"average; set it to at most {n_prompts}")  # fmt: skip
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
@@ -447,9 +449,9 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     _seed_everything(cfg.train.seed)
     tokenizer = build_tokenizer(cfg)
     task = load_task(cfg, tokenizer)  # every prompt is read and checked before the weights load
-    _check_generation_batch(cfg, len(task.train_prompts))
     if ckpt is None and cfg.sft.max_steps > 0 and task.train_problems is None:
         raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
+    _check_generation_batch(cfg, len(task.train_prompts))
     benchmarks = load_benchmarks(cfg)
     longest = _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
     model, tokenizer = build_model(cfg)
