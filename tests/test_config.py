@@ -150,6 +150,16 @@ def test_derived_values_are_properties():
         ([("loss.name", "grpo"), ("loss.clip", "truncate")], "loss.name grpo takes loss.clip dual or none"),
         ([("loss.analogue", "paper")], "loss.analogue applies to loss.style differentiable"),
         ([("loss.kl_in_clip", "false")], "loss.kl_in_clip applies to loss.style differentiable"),
+        # the dual clip's options without it (a review found verl accepting them; the gradient is the default's)
+        (
+            [("loss.style", "differentiable"), ("loss.clip", "none"), ("loss.clip_branch", "raw")],
+            "loss.clip_branch applies to loss.clip dual only (loss.clip is None)",
+        ),
+        (
+            [("loss.style", "differentiable"), ("loss.clip", "none"), ("loss.analogue", "paper")],
+            "loss.analogue applies to loss.style differentiable with loss.clip dual",
+        ),
+        ([("loss.clip", "truncate"), ("loss.clip_branch", "raw")], "loss.clip_branch applies to loss.clip dual"),
         ([("eval.samples", "4")], "eval.samples applies to eval.benchmarks only (no benchmark is set)"),
         ([("eval.scoring", "strict")], "eval.scoring applies to eval.benchmarks only"),
         ([("rollout.overlong_factor", "0.5")], "rollout.overlong_factor applies to an overlong penalty"),

@@ -603,7 +603,7 @@ def _check_optim_and_rest(cfg: Config) -> None:
 
 def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
     """loss.* options set (not their defaults) where the loss does not read them: rpg's own with a PPO-family loss,
-    the differentiable dual clip's with the REINFORCE style (its loss is the same whatever they are)."""
+    the dual clip's without it and the differentiable dual clip's with the REINFORCE style (`RPGOptions.unused`)."""
     if lo.name != "rpg":
         own = [k for k in ("divergence", "style", "level", "clip_branch", "analogue", "kl_in_clip")
                if getattr(lo, k) != getattr(LossConfig, k)]  # fmt: skip
@@ -611,11 +611,12 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
         if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
             out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
         return out
-    if lo.style == "reinforce":
-        return [(f"loss.{k}", getattr(lo, k), "loss.style differentiable (its dual clip's advantage analogue)",
-                 "loss.style is reinforce") for k in ("analogue", "kl_in_clip")
-                if getattr(lo, k) != getattr(LossConfig, k)]  # fmt: skip
-    return []
+    why = {"branch": ("loss.clip dual", f"loss.clip is {lo.clip}"),
+           **{k: ("loss.style differentiable with loss.clip dual (its dual clip's advantage analogue)",
+                  f"loss.style is {lo.style}, loss.clip {lo.clip}") for k in ("analogue", "kl_in_clip")}}  # fmt: skip
+    return [
+        (f"loss.{LOSS_KEYS.get(k, k)}", getattr(lo, LOSS_KEYS.get(k, k)), *why[k]) for k in lo.rpg_options().unused()
+    ]
 
 
 TINY_SIZES = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "tie_embeddings")

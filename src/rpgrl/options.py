@@ -100,6 +100,19 @@ class RPGOptions:
         released = not self.kl_in_clip or (self.analogue == "paper" and self.divergence in ("fkl", "ufkl"))
         return self.clip is None or released
 
+    def unused(self) -> list[str]:
+        """The options set away from their defaults that `rpg_loss` does not read with these settings: the dual
+        clip's branch without the dual clip, and the differentiable dual clip's `kl_in_clip` and `analogue` with the
+        REINFORCE style or without the dual clip (the loss is the same whatever they are). Configs refuse them: a
+        user who sets one expects an effect."""
+        dual_differentiable = self.clip == "dual" and self.style == "differentiable"
+        idle = {
+            "branch": self.clip != "dual",
+            "kl_in_clip": not dual_differentiable,
+            "analogue": not dual_differentiable,
+        }
+        return [k for k, off in idle.items() if off and getattr(self, k) != getattr(RPGOptions, k)]
+
     def check(self) -> RPGOptions:
         """Raise `OptionError` (one line, naming the option) for options `rpg_loss` cannot use. Returns the options
         with each number as a Python float or int (a numpy scalar or a Fraction is accepted; torch takes these)."""

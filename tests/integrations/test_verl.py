@@ -439,6 +439,13 @@ def test_bad_rpg_options_fail_when_verl_builds_the_config(overrides, match):
     [
         ("rpg_urkl_differentiable", [PL + "beta=1e-4", PL + "clip=truncate"], "clip='truncate'.*needs style"),
         ("rpg_urkl_reinforce", [PL + "beta=1e-4", PL + "clip=dual", PL + "kl_value_clamp=10"], "kl_value_clamp"),
+        # options the mode's loss does not read (were accepted: the gradient is the default's; `rpgrl train`
+        # refuses them)
+        ("rpg_urkl_reinforce", [PL + "beta=1e-4", PL + "clip=dual", PL + "kl_in_clip=false"], "kl_in_clip applies"),
+        ("rpg_urkl_reinforce", [PL + "beta=1e-4", PL + "clip=dual", PL + "analogue=paper"], "analogue applies"),
+        ("rpg_urkl_differentiable", [PL + "beta=1e-4", PL + "clip=null", PL + "branch=raw"], "branch applies"),
+        # a non-RPG mode would run verl's own loss without beta and clip
+        ("vanilla", [PL + "beta=1e-4", PL + "clip=dual"], "read by the rpg_\\* loss modes only"),
     ],
 )
 def test_option_combinations_fail_when_verl_builds_the_config(mode, overrides, match):
@@ -447,6 +454,16 @@ def test_option_combinations_fail_when_verl_builds_the_config(mode, overrides, m
     with pytest.raises(InstantiationException, match=match):
         compose_actor(RPG_TARGET, f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}", *overrides)
     compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce", *overrides[:2])
+
+
+def test_bad_clip_ratios_are_named_as_verl_names_them():
+    """verl's clip settings live in the actor config: a bad one was reported under rpgrl's names (c, eps_low)."""
+    logp, old, adv, mask = random_batch(seed=10)
+    for override, key in (("clip_ratio_c=0.9", "clip_ratio_c"), ("clip_ratio_low=1.5", "clip_ratio_low")):
+        actor = compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce",
+                              PL + "beta=1e-4", PL + "clip=dual", f"actor_rollout_ref.actor.{override}")  # fmt: skip
+        with pytest.raises(ValueError, match=f"actor_rollout_ref.actor.{key}"):
+            verl_loss_and_grad("rpg_urkl_reinforce", logp, old, adv, mask, "token-mean", actor)
 
 
 def test_clip_none_as_hydra_gives_it():

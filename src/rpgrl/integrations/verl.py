@@ -28,6 +28,10 @@ config, rollout_is_weights)` with `config` the actor config (`verl.workers.confi
   - verl's own KL loss (`actor.use_kl_loss`, computed against a reference worker) must be off: RPG's KL is inside
     the loss and its anchor is pi_old (`old_log_prob`). The loss refuses a config with both, on its first call.
     `algorithm.use_kl_in_reward` is a reward-side penalty that the actor cannot see; leave it False as well.
+  - pi_old must be the sampler: verl's actor recomputes `old_log_prob` with the rollout temperature but without
+    the rollout's top-p / top-k, so keep `rollout.top_p=1`, `rollout.top_k=-1`, or let verl's rollout correction
+    account for the sampler (bypass mode or token-level IS weights). The plug-in sees only the actor config and
+    cannot check this.
 
 Aggregation. `rpg_loss` gives the per-token loss; it is reduced with verl's `agg_loss(..., loss_agg_mode,
 **config.global_batch_info)`, so the global token/sequence count and the data-parallel scaling stay verl's, and
@@ -92,11 +96,21 @@ class RPGPolicyLossConfig(PolicyLossConfig):
                 "+actor_rollout_ref.actor.policy_loss.clip=<dual|truncate|null>"
             )
         mode = getattr(self, "loss_mode", None)
+        if isinstance(mode, str) and mode not in LOSS_MODES:  # verl's own loss would run, without these settings
+            raise ValueError(
+                f"RPGPolicyLossConfig's settings (beta, clip, ...) are read by the rpg_* loss modes only, not "
+                f"loss_mode {mode}: set actor_rollout_ref.actor.policy_loss.loss_mode to one of {', '.join(LOSS_MODES)}"
+            )
         try:
             options = RPGOptions(**self.rpg_options())
             if mode in LOSS_MODES:  # the mode names the divergence and style: the rules tying options together too
                 _, divergence, style = mode.split("_")
-                dataclasses.replace(options, divergence=divergence, style=style).check()
+                options = dataclasses.replace(options, divergence=divergence, style=style).check()
+                idle = options.unused()
+                if idle:  # refused as `rpgrl train` refuses them: a user who sets one expects an effect
+                    what = "the dual clip" if idle[0] == "branch" else "the differentiable style's dual clip"
+                    raise OptionError(idle[0], f"{idle[0]} applies to {what}, not to loss_mode {mode} with "
+                                               f"clip={options.clip}: drop it")  # fmt: skip
             else:  # the mode is set elsewhere: the cross-option rules wait for the first call
                 options.check_values()
         except OptionError as e:
@@ -129,12 +143,20 @@ def _options(config: Any, mode: str) -> dict[str, Any]:
         )
     clip_ratio = config.clip_ratio
     low, high = config.get("clip_ratio_low"), config.get("clip_ratio_high")
-    return {
+    opts = {
         **policy_loss.rpg_options(),
         "eps_low": clip_ratio if low is None else low,
         "eps_high": clip_ratio if high is None else high,
         "c": config.get("clip_ratio_c", 3.0),  # verl's default when unset
     }
+    keys = {"eps_low": "clip_ratio_low" if low is not None else "clip_ratio",
+            "eps_high": "clip_ratio_high" if high is not None else "clip_ratio", "c": "clip_ratio_c"}  # fmt: skip
+    try:
+        RPGOptions(**opts).check_values()
+    except OptionError as e:  # verl's names for the clip settings, which it holds in the actor config
+        where = f"actor_rollout_ref.actor.{keys[e.option]}" if e.option in keys else f"policy_loss.{e.option}"
+        raise ValueError(f"policy loss {mode}: {where}: {e}") from None
+    return opts
 
 
 def _normalizer(agg: str, batch: dict[str, Any]) -> float | torch.Tensor | None:
@@ -260,7 +282,9 @@ def compute_rpg_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RPG's advantage, `rpgrl.advantages` estimator `rpg`: A_i = R_i - mean of R over the responses sharing the
     prompt uid (`index`); a group of one gets mean 0 (spec 5.1). Equals verl's grpo with
-    norm_adv_by_std_in_grpo=False. Shapes: token_level_rewards, response_mask (B, T); index (B,) uids.
+    norm_adv_by_std_in_grpo=False for single-turn rollouts (for multi-output agent sessions verl's v1 trainer
+    groups grpo by each session's last output, which this estimator does not). Shapes: token_level_rewards,
+    response_mask (B, T); index (B,) uids.
     Returns (advantages, returns), both (B, T), zero on padding."""
     rewards = token_level_rewards.sum(-1)  # (B,) outcome reward R_i
     _, group = np.unique(np.asarray(index), return_inverse=True)
