@@ -221,6 +221,8 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
         ({"loss_type": "dr_grpo"}, "loss_type"),  # TRL's normalisation: RPGConfig.agg sets it (was ignored)
         ({"kl_in_clip": "false"}, "kl_in_clip must be true or false"),  # acted as True
+        ({"kl_in_clip": False}, "kl_in_clip applies to the dual clip"),  # reinforce: not read (was accepted)
+        ({"style": "differentiable", "clip": None, "branch": "raw"}, "branch applies"),
         # sampling filters: TRL's pi_old log-probs see the temperature only (were accepted; pi_old was not the sampler)
         ({"top_k": 1}, "top_k change the distribution"),
         ({"top_p": 0.9}, "top_p change"),

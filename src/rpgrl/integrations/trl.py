@@ -97,9 +97,13 @@ class RPGConfig(GRPOConfig):
                 "pi_old and applied by the loss: set rpg_beta instead and leave beta=0.0"
             )
         try:
-            self.options().check()
+            idle = self.options().check().unused()
         except OptionError as e:
             raise ValueError(f"RPGConfig: {_TRL_NAMES.get(e.option, e.option)}: {e}") from None
+        if idle:  # as `rpgrl train` and verl refuse them: a user who sets one expects an effect
+            raise ValueError(f"RPGConfig: {idle[0]} applies to the dual clip of style='differentiable' (branch: to "
+                             f"the dual clip), not to style={self.style!r} with clip={self.clip!r}: leave it at "
+                             "its default")  # fmt: skip
         unsupported = {
             "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
             "top_entropy_quantile": self.top_entropy_quantile < 1.0,
