@@ -170,6 +170,12 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
     for other, scale_ in (([0, 1], scale), ([0], replace(scale, steps=3))):  # not what results.json holds: refused
         with pytest.raises(UsageError, match="seeds|another scale"):
             reproduce_cli.reproduce(["toy"], other, scale_, out, report, run=False, base=base, warm=warm)
+    kept = (out / "results.json").read_text()
+    for broken in ("{", "[]", '{"header": {}}'):  # a cut or foreign file: one line, not a traceback
+        (out / "results.json").write_text(broken)
+        with pytest.raises(UsageError, match="is no results.json an earlier suite wrote"):
+            reproduce_cli.reproduce(["toy"], [0], scale, out, report, run=False, base=base, warm=warm)
+    (out / "results.json").write_text(kept)
     (tmp_path / "elsewhere").rename(cache)
 
     # an unfinished run (no record.json) is started again; a changed arm runs anew

@@ -258,8 +258,13 @@ def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: li
     path = out / "results.json"
     if not path.is_file():
         return None
-    stored = json.loads(path.read_text())
-    if stored.get("header", {}).get("scale") != scale.__dict__:
+    try:
+        stored = json.loads(path.read_text())
+        _ = stored["header"]["scale"], stored["claims"]  # what this reads must be there
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"--no-run: {path} is no results.json an earlier suite wrote ({type(e).__name__}: {e}); "
+                         "run without --no-run") from None  # fmt: skip
+    if stored["header"]["scale"] != scale.__dict__:
         raise UsageError(f"--no-run: {path} holds a suite at another scale than this command's (--quick or not): "
                          "pass the same scale")  # fmt: skip
     if set(stored["header"].get("seeds", [])) != set(seeds):
