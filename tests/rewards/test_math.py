@@ -564,6 +564,17 @@ def test_strict_is_linear_in_the_ground_truth(name):
     assert time.process_time() - t0 < 2.0
 
 
+def test_many_answer_labels_on_one_line_take_linear_time():
+    """Whether a label starts its line looks back a bounded distance: 30,000 labels on one line after a run of
+    30,000 markdown stars (each looked back over the whole run: minutes), 60,000 on one 600 KB line, and 60,000
+    newline-led ones, score within a second each."""
+    stars = "\n" + "*" * 30_000 + "answer: 7 " + ("*" * 3 + "answer: 7 ") * 30_000
+    cases = ((stars, True), (("*" * 3 + "answer: 7 ") * 60_000, False), (("\n** answer: 7") * 60_000, True))
+    for response, right in cases:
+        t0 = time.process_time()  # (the first: one label starts the line, and its answer is the whole line)
+        assert math_score(response, "7") is right and time.process_time() - t0 < 1.0
+
+
 # ---------- time bound and safety ----------
 
 ADVERSARIAL = [

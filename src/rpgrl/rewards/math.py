@@ -216,7 +216,7 @@ def extract_final_answer(response: str) -> str | None:
 
 def _final_answer_raw(response: str) -> str | None:
     labels = list(_LABEL.finditer(response))
-    lines = [m for m in labels if _LINE_START.fullmatch(response, response.rfind("\n", 0, m.start()) + 1, m.start())]
+    lines = [m for m in labels if _starts_line(response, m.start())]
     if lines:
         return _label_content(response, lines[-1].end())[0]
     boxes = _boxes(response)
@@ -228,6 +228,17 @@ def _final_answer_raw(response: str) -> str | None:
 
 # what may precede an answer label on its line: spaces, markdown (list marks, headings, quotes, emphasis), "Final"
 _LINE_START = re.compile(r"[\s#>*_\-]*(?:\d{1,2}[.)]\s*)?(?:(?:the\s+)?final\s+)?(?:\*\*|__)?", re.IGNORECASE)
+_LINE_START_CHARS = 40  # at most this much may precede a label on its line (constant work per label)
+
+
+def _starts_line(text: str, pos: int) -> bool:
+    """Whether the answer label at `pos` starts its line (`_LINE_START` before it). Looks back a bounded distance,
+    so a response of one long line full of labels costs linear time."""
+    lo = max(0, pos - _LINE_START_CHARS)
+    start = text.rfind("\n", lo, pos) + 1
+    if start == 0 and lo > 0:
+        return False
+    return _LINE_START.fullmatch(text, start, pos) is not None
 
 
 def _label_content(text: str, start: int) -> tuple[str, int]:
