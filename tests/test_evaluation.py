@@ -665,6 +665,12 @@ def test_remarks_a_grader_reads_past_do_not_split_the_vote():
     votes = [judged_vote(r, "3(a+b)") for r in ["Answer: $3(a+b)$", "Answer: $3(a-b)$", "Answer: $3(b-a)$"]]
     assert votes == ["3(a+b)", "3(a-b)", "3(b-a)"] and majority_correct(votes, [True, False, False])
     assert judged_vote("Answer: 1080/2", "540", correct=True) == "540"  # the correctness given is the one voted
+    # a hedge is wrong, but the authors' normalisation reads it as its last value: it abstains (it voted for the
+    # truth and, sampled first, made the majority "wrong": a review's)
+    hedge = "Answer: x = 4 or x = 5"
+    assert not math_score(hedge, "5") and judged_vote(hedge, "5") is None
+    res = run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "5", 0),))], lambda ps, n: [[hedge, "Answer: 5"]], k=2)
+    assert res[0].metrics["maj@2"] == 1.0
 
 
 def test_maj_votes_read_the_answer_the_verdict_read():

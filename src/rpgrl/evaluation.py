@@ -130,17 +130,20 @@ def judged_vote(response: str, ground_truth: str, mode: Mode = "equiv", correct:
     `correct` is None): a correct response votes for the ground truth, since every correct answer is the truth
     however it is written (`540`, `540 (the remainder)`, `The answer is 540.`, and in equiv mode an earlier
     `Answer: 42` the authors' rule read before a later `**Answer**: 41`); a wrong one for its own answer
-    (`vote_answer`). So a sample's vote and its correctness always concern the same answer.
+    (`vote_answer`), or none when that reads as the truth (a hedge the authors' normalisation reads as its last
+    value). So a sample's vote and its correctness always concern the same answer.
 
     >>> judged_vote("Answer: 42\\n**Answer**: 41", "42"), vote_answer("Answer: 42\\n**Answer**: 41")
     ('42', '41')
     """
     if correct is None:
         correct = math_score(response, ground_truth, mode)
-    if not correct:
-        return vote_answer(response, mode)
     truth = str(ground_truth)
-    return normalize_answer(truth if mode == "strict" else clean_answer(truth)) or truth
+    key = normalize_answer(truth if mode == "strict" else clean_answer(truth)) or truth
+    if correct:
+        return key
+    own = vote_answer(response, mode)
+    return None if own == key else own  # a wrong answer that reads as the truth (`x = 4 or x = 5`: a hedge) abstains
 
 
 def majority_correct(votes: Sequence[str | None], correct: Sequence[bool]) -> bool:

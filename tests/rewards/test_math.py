@@ -388,6 +388,25 @@ EQUIV_TABLE = [
     ("Answer: 541 is wrong, 540", "540", False),  # digits in what follows: not a remark
     ("Answer: 540 is not correct", "540", False),  # nor a negation (a review: read as 540)
     ("Answer: 540 is wrong", "540", False),
+    ("Answer: 540 is too small; the true count must be larger.", "540", False),  # only the value named is read past
+    ("Answer: 540 is only an upper bound", "540", False),
+    ("Answer: 3 is the minimum; the maximum is nine", "3", False),
+    # a correction after an answer line, in a sentence with its value, is the final answer (a review of the first
+    # rule, which kept the line: the withdrawn value was rewarded) ...
+    ("Answer: 541\n\nHmm, wait. I overcounted by one, so the corrected answer: 540 (after removing it).", "540", True),
+    ("Answer: 541\n\nHmm, wait. I overcounted by one, so the corrected answer: 540 (after removing it).", "541", False),
+    ("Answer: 34\n\nWait, the diagonal was double counted. So the right answer: \\boxed{33}.", "33", True),
+    ("Answer: 34\n\nWait, the diagonal was double counted. So the right answer: \\boxed{33}.", "34", False),
+    # ... but one value, not two: a box after a sentence's different value does not replace it
+    ("My initial answer: 540\nWait, that double counts. Corrected: \\boxed{539}", "539", False),
+    # the reasoning in <think> is not the answer when one follows it (beyond the authors' rule's 300 characters:
+    # inside them, what it reads is right too, as strict-correct implies equiv-correct)
+    ("<think>\nAnswer: 541\n" + "Let me check again. " * 20 + "\n</think>\nThe answer is $\\boxed{540}$.", "540", True),
+    (
+        "<think>\nAnswer: 541\n" + "Let me check again. " * 20 + "\n</think>\nThe answer is $\\boxed{540}$.",
+        "541",
+        False,
+    ),
     ("\\boxed{-1 \\le x \\le 1}", "[-1,1]", True),
     ("\\boxed{-1 < x \\le 1}", "[-1,1]", False),
 ]
@@ -569,10 +588,9 @@ def test_many_answer_labels_on_one_line_take_linear_time():
     30,000 markdown stars (each looked back over the whole run: minutes), 60,000 on one 600 KB line, and 60,000
     newline-led ones, score within a second each."""
     stars = "\n" + "*" * 30_000 + "answer: 7 " + ("*" * 3 + "answer: 7 ") * 30_000
-    cases = ((stars, True), (("*" * 3 + "answer: 7 ") * 60_000, False), (("\n** answer: 7") * 60_000, True))
-    for response, right in cases:
-        t0 = time.process_time()  # (the first: one label starts the line, and its answer is the whole line)
-        assert math_score(response, "7") is right and time.process_time() - t0 < 1.0
+    for response in stars, ("*" * 3 + "answer: 7 ") * 60_000, ("\n** answer: 7") * 60_000:
+        t0 = time.process_time()  # (each time the last label, in a sentence or on its line, reads 7)
+        assert math_score(response, "7") and time.process_time() - t0 < 1.0
 
 
 # ---------- time bound and safety ----------

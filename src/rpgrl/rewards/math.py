@@ -196,11 +196,17 @@ def _boxed_contents(text: str) -> list[str]:
 
 
 def extract_final_answer(response: str) -> str | None:
-    """The one answer equiv mode judges: the last `Answer: ...` label that starts a line (the format the prompt asks
-    for, spec 7.5: `Answer:`, `**Final Answer:**`, `### Answer:`), else the last complete `\\boxed{...}` unless an
-    `answer:` inside a sentence comes after it, else that sentence's answer, else None (wrong). So prose such as
-    "we verify our answer: 540 works" before a final `\\boxed{540}` is read past, and "thus the answer: 42" with
-    no box is still read.
+    """The one answer equiv mode judges, from the text after the last `</think>` when that holds a label or a box
+    (the reasoning before it is not the answer), else from the whole response:
+    - the last `Answer: ...` label that starts a line (the format the prompt asks for, spec 7.5: `Answer:`,
+      `**Final Answer:**`, `### Answer:`) or sits inside a sentence with a value after it ("so the corrected
+      answer: 540"), whichever comes last; an in-sentence label followed by only prose ("to find the answer: we
+      first ...") is not an answer. A later `\\boxed{}` takes the place of an in-sentence label's answer when
+      that answer mentions its value ("we verify our answer: 540 works ... \\boxed{540}"), never of a line label's
+      (a second value is not a correction: `Answer: 4 ... maybe \\boxed{5}` is judged as 4, as the authors' rule
+      reads it);
+    - else the last complete `\\boxed{...}`; else None (wrong).
+    At most the last MAX_LABELS labels are looked at.
 
     An earlier `\\boxed{4}` followed by `Answer: 5` is judged as 5; a hedge inside the final answer
     ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and so never equals a single value.
@@ -214,16 +220,34 @@ def extract_final_answer(response: str) -> str | None:
     return None if answer is None else answer.strip()
 
 
+MAX_LABELS = 16
+_VALUE = re.compile(r"[\d$\\]")  # what an answer holds and prose does not: a digit, math, a LaTeX command
+
+
 def _final_answer_raw(response: str) -> str | None:
+    think = response.rfind("</think>")
+    if think >= 0:
+        tail = response[think + len("</think>") :]
+        if _LABEL.search(tail) or _BOXED.search(tail):
+            response = tail
     labels = list(_LABEL.finditer(response))
-    lines = [m for m in labels if _starts_line(response, m.start())]
-    if lines:
-        return _label_content(response, lines[-1].end())[0]
     boxes = _boxes(response)
-    if labels:
-        content, end = _label_content(response, labels[-1].end())
-        return boxes[-1][1] if boxes and boxes[-1][0] >= end else content
-    return boxes[-1][1] if boxes else None
+    for m in reversed(labels[-MAX_LABELS:]):
+        content, end = _label_content(response, m.end())
+        if _starts_line(response, m.start()):
+            return content
+        if _VALUE.search(content):
+            later = [c for j, c in boxes if j >= end]
+            return later[-1] if later and _mentions(content, later[-1]) else content
+    if boxes:
+        return boxes[-1][1]
+    return _label_content(response, labels[-1].end())[0] if labels else None
+
+
+def _mentions(text: str, value: str) -> bool:
+    """Whether `value` (a box's contents), cleaned, appears in `text` as a token of its own."""
+    v = clean_answer(value)
+    return bool(v) and re.search(rf"(?<![\w.]){re.escape(v)}(?!\w|\.\d)", text) is not None
 
 
 # what may precede an answer label on its line: spaces, markdown (list marks, headings, quotes, emphasis), "Final"
@@ -417,12 +441,14 @@ def is_hedge(answer: str, ground_truth: str) -> bool:
 # a leading phrase without digits or math ending in "is": "The answer is", "So the final answer is:", "It is"
 _ANSWER_IS = re.compile(r"[A-Za-z][A-Za-z ,']{0,60}?\bis\s*:?\s+(?=\S)", re.I)
 _CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}?(?:\s|~|\\[ ,;:!]|\\q?quad\b)*(?=\S)")
-# a trailing remark that holds no digit or math: in parentheses, after a dash, after a comma and a connective, or a
-# sentence going on after the value (`540 is the largest real part`)
+# a trailing remark that holds no digit or math: in parentheses, after a dash, after a comma and a connective, or
+# the value named (`540 is the largest real part`, `821 is the remainder`; not `540 is too small`, `3 is the
+# minimum; the maximum is 9`)
 _ASSIGNMENT = r"[A-Za-z]\w*\s*=\s*-?\d+(?:\.\d+)?"  # m = 37: a side value a grader reads past, as (m = 37, n = 3)
 _REMARK = re.compile(
     r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
-    r"|\s(?:is|are)\s(?![^\d$=\\]*\b(?:not|no|never|wrong|incorrect|impossible|false|invalid)\b)[^\d$=\\]*"
+    r"|\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+|correct\s+|required\s+|desired\s+)?(?:answer|remainder|"
+    r"result|value|number|count|total|sum|(?:largest|smallest|greatest|least|maximum|minimum)\b[^;,.\d$=\\]*)"
     rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\))$"
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
