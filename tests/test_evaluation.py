@@ -667,6 +667,11 @@ def test_remarks_a_grader_reads_past_do_not_split_the_vote():
     assert judged_vote("Answer: 1080/2", "540", correct=True) == "540"  # the correctness given is the one voted
     # a hedge is wrong, but the authors' normalisation reads it as its last value: it abstains (it voted for the
     # truth and, sampled first, made the majority "wrong": a review's)
+    # strict mode keys votes by the authors' normalisation alone: 50 (wrong for 50\\%) votes apart
+    strict = ["Answer: 50", "Answer: 50\\%", "Answer: 50\\%"]
+    oks = [math_score(r, "50\\%", "strict") for r in strict]
+    votes = [judged_vote(r, "50\\%", "strict") for r in strict]
+    assert oks == [False, True, True] and votes == ["50", "50\\%", "50\\%"] and majority_correct(votes, oks)
     hedge = "Answer: x = 4 or x = 5"
     assert not math_score(hedge, "5") and judged_vote(hedge, "5") is None
     res = run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "5", 0),))], lambda ps, n: [[hedge, "Answer: 5"]], k=2)

@@ -319,6 +319,20 @@ def test_moe_router_loss_is_added_as_grpo_adds_it(tmp_path):
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=2e-4, atol=1e-6)
 
+    # as GRPOTrainer: the router loss is divided by the accumulation steps in training, not in evaluation
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    for training, steps in ((True, 4), (False, 4)):
+        model.train(training)
+        trainer.current_gradient_accumulation_steps = steps
+        with torch.no_grad():
+            aux = model(input_ids=ids, attention_mask=attn, output_router_logits=True).aux_loss
+            with_aux = trainer.compute_loss(model, inputs)
+            trainer.aux_loss_enabled = False
+            without = trainer.compute_loss(model, inputs)
+            trainer.aux_loss_enabled = True
+        torch.testing.assert_close(with_aux - without, 0.5 * aux / (steps if training else 1), rtol=1e-5, atol=1e-7)
+
 
 def test_clip_none_from_the_command_line(tmp_path):
     """HfArgumentParser gives `--clip none` as a string; it was refused as an unknown clip (a probe's)."""

@@ -178,11 +178,62 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
     (out / "results.json").write_text(kept)
     (tmp_path / "elsewhere").rename(cache)
 
+    assert "verdict_holm" in res3["claims"]["toy"] and not any(
+        x.endswith("| - |") for x in report.read_text().splitlines()
+    )
+    # an arm changed since results.json was written is left out of it; with a cache, the cache is read, not it
+    stored = json.loads((out / "results.json").read_text())
+    changed = replace(claim, arms=(Arm("low", then(lambda c: c, loss={"eps_high": 0.15})), claim.arms[1]))
+    monkeypatch.setitem(CLAIMS, "toy", changed)
+    cache.rename(tmp_path / "elsewhere")
+    res4 = reproduce_cli.reproduce(["toy"], [0], scale, out, report, run=False, base=base, warm=warm)
+    assert {a["name"]: a["seeds"] for a in res4["claims"]["toy"]["arms"]} == {"low": [], "high": [0]}
+    (tmp_path / "elsewhere").rename(cache)
+    monkeypatch.setitem(CLAIMS, "toy", claim)
+    stored["header"]["seeds"] = [0, 1]
+    (out / "results.json").write_text(json.dumps(stored))
+    assert reproduce_cli.reproduce(["toy"], [0], scale, out, report, run=False, base=base, warm=warm)["claims"]
+
     # an unfinished run (no record.json) is started again; a changed arm runs anew
     (runs[0] / "record.json").unlink()
     monkeypatch.setitem(CLAIMS, "toy", replace(claim, arms=(*claim.arms, Arm("c", then(lambda c: c, loss={"c": 3.0})))))
     reproduce_cli.reproduce(["toy"], [0], scale, out, report, jobs=1, base=base, warm=warm)
     assert (runs[0] / "record.json").is_file() and len(list((out / "runs").iterdir())) == 3
+
+
+def test_header_reads_each_runs_environment(monkeypatch):
+    """The header's versions, dates and runs at a time come from the records (the reporting process's were
+    printed); the multiple-comparison note counts the "higher" comparisons."""
+    from rpgrl.reproduce import runner
+
+    monkeypatch.setattr(runner, "_SUITE_WORKERS", 4)
+    env = runner.run_environment()
+    assert env["workers"] == 4 and env["torch"] == torch.__version__
+    runs = {
+        "c": {
+            "a": {0: {"env": {**env, "date": "2024-01-03", "torch": "9.9"}}, 1: {"env": {**env, "date": "2024-01-01"}}}
+        }
+    }
+    h = reproduce_cli._header(QUICK, [0, 1], 1, runs)
+    assert h["date"] == "2024-01-01 to 2024-01-03" and h["torch"] == ", ".join(sorted(["9.9", torch.__version__]))
+    assert "4 runs at a time" in h["setup"] and not h["env_note"]
+    comps = [{"expect": "higher"}] * 3 + [{"expect": "similar"}]
+    text = reproduce_cli._multiplicity_text({"c": {"comparisons": comps}})
+    assert "makes 4 comparisons" in text and "each of its 3 " in text and "probability 7%" in text  # 1 - 0.975^3
+
+
+def test_report_texts():
+    from rpgrl.reproduce.report import _margin, _p_text, claim_markdown
+
+    assert _margin({"expect": "higher", "margin": 0.0}, 100, " points") == ""
+    assert _margin({"expect": "higher", "margin": 0.02}, 100, " points") == " (by 2 points or more)"
+    assert _p_text({"p": 0.01, "p_holm": 0.05, "family": 5}) == (
+        " (p = 0.01; 0.05 after Holm's correction over the suite's 5 comparisons)"
+    )
+    res = {"title": "T", "name": "t", "paper": "p", "verdict": "Reproduced at this scale",
+           "verdict_holm": "Partly reproduced at this scale", "comparisons": [], "arms": [], "columns": [],
+           "complete": True}  # fmt: skip
+    assert "After Holm's correction over the suite: Partly reproduced at this scale." in claim_markdown(res, "x", 1)
 
 
 def test_runs_that_trained_nothing_are_left_out():

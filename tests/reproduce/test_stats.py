@@ -193,3 +193,35 @@ def test_add_multiplicity_over_the_whole_suite():
     alone = {"a": {"comparisons": [_comparison("higher", weak)]}}
     add_multiplicity(alone)
     assert alone["a"]["verdict_holm"] == "Reproduced at this scale"
+
+
+def test_p_values_at_the_edges():
+    """Arms equal on every seed: no evidence of any difference (p = 1, which was 0 under `>=`, sorting first in
+    Holm's order); two values: the df = 1 closed form; an unresolved status's printed p is its smallest test's."""
+    zero = mean_interval([0.0, 0.0, 0.0])
+    assert p_value(zero) == 1.0 and status_p(zero, "higher", 0.0, "unresolved") == 1.0
+    assert status(zero, "differs") == "unresolved"  # no margin: equal arms do not contradict "differs"
+    assert p_value(mean_interval([0.1, 0.3])) == pytest.approx(1 - 2 * math.atan(2) / math.pi)
+    iv = mean_interval([0.02, -0.01, 0.05])  # mean 0.02, s 0.03: t = 0.02 / (0.03 / sqrt(3)) = 1.155, df 2
+    t = 0.02 / (math.sqrt(((0.0) ** 2 + 0.03**2 + 0.03**2) / 2) / math.sqrt(3))
+    two_sided = 2 * (0.5 - t / (2 * math.sqrt(2 + t * t)))
+    assert status_p(iv, "higher", 0.0, "unresolved") == pytest.approx(two_sided)
+
+
+def test_holm_family_and_the_second_verdict_count_every_resolved_status():
+    """Comparisons below MIN_SEEDS stay out of the family; a 'falls short' that does not survive Holm is
+    unresolved in the second verdict, as a support is."""
+    few = {
+        "a": {"comparisons": [_comparison("higher", [0.02, 0.05, 0.08, 0.01, 0.06]), _comparison("higher", [0.1, 0.2])]}
+    }
+    add_multiplicity(few)
+    first, second = few["a"]["comparisons"]
+    assert first["family"] == 1 and first["p_holm"] == pytest.approx(first["p"]) and "p" not in second
+    short = [-0.015, 0.015, 0.045, 0.005, 0.025]
+    assert status(mean_interval(short), "higher", 0.05) == "falls short"
+    claims = {"a": {"comparisons": [_comparison("higher", short, 0.05)]},
+              "b": {"comparisons": [_comparison("higher", [0.01, -0.02, 0.03]) for _ in range(4)]}}  # fmt: skip
+    add_multiplicity(claims)
+    c = claims["a"]["comparisons"][0]
+    assert c["p_holm"] == pytest.approx(5 * c["p"]) and c["p_holm"] >= 0.05
+    assert claims["a"]["verdict_holm"] == "Not resolved at this scale"

@@ -399,6 +399,14 @@ EQUIV_TABLE = [
     ("Answer: 34\n\nWait, the diagonal was double counted. So the right answer: \\boxed{33}.", "34", False),
     # ... but one value, not two: a box after a sentence's different value does not replace it
     ("My initial answer: 540\nWait, that double counts. Corrected: \\boxed{539}", "539", False),
+    # a line label's answer is not replaced by a later box that its remark mentions; an in-sentence one's is
+    ("Final Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", False),
+    ("2) Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", False),
+    ("- Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", False),
+    ("so our answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", True),
+    ("So the answer: \\boxed{4} or \\boxed{5}", "5", False),  # the boxes are the label's own answer: a hedge
+    ("\\boxed{4}. On reflection the answer: 5", "4", False),
+    ("Answer: 540 is the value of m = n", "540", False),
     # the reasoning in <think> is not the answer when one follows it (beyond the authors' rule's 300 characters:
     # inside them, what it reads is right too, as strict-correct implies equiv-correct)
     ("<think>\nAnswer: 541\n" + "Let me check again. " * 20 + "\n</think>\nThe answer is $\\boxed{540}$.", "540", True),

@@ -116,8 +116,8 @@ def test_bad_data_files(capsys, tmp_path):
     three = _jsonl(tmp_path / "three.jsonl", [{"prompt": f"{i}+1", "answer": str(i + 1)} for i in range(3)])
     fill = ["--rollout.group_filter", "fill", "--rollout.prompts_per_step", "1", "--train.mini_batch_prompts", "1"]
     err = _fail(capsys, ["--data.train", three, "--data.reward", "math01", "--sft.max_steps", "0", *fill,
-                         "--rollout.gen_prompts", "7", "--out", str(out)])  # fmt: skip
-    assert "rollout.gen_prompts 7 is twice the 3 training prompts or more" in err and "2.33 times" in err
+                         "--rollout.gen_prompts", "6", "--out", str(out)])  # fmt: skip
+    assert "rollout.gen_prompts 6 is twice the 3 training prompts or more" in err and "2 times" in err
     assert "at most 3" in err and not out.exists()
 
 
