@@ -407,6 +407,18 @@ EQUIV_TABLE = [
     ("So the answer: \\boxed{4} or \\boxed{5}", "5", False),  # the boxes are the label's own answer: a hedge
     ("\\boxed{4}. On reflection the answer: 5", "4", False),
     ("Answer: 540 is the value of m = n", "540", False),
+    # a final review's: prose after </think> does not replace the answer; the authors' rule reads the same text as
+    # equiv (two values were right); a check after an answer line is no answer; a sentence's label with a value
+    # later in its sentence is prose; labels that only introduce prose cost nothing and do not hide the answer
+    ("<think>x\nAnswer: 540\n</think>\nLet me explain the answer: first we factor the number.", "540", True),
+    ("<think>hmm\nAnswer: 540\nwait no</think>\nThe answer is $\\boxed{541}$.", "540", False),
+    ("<think>hmm\nAnswer: 540\nwait no</think>\nThe answer is $\\boxed{541}$.", "541", True),
+    ("Answer: 540\n\nSanity check on the answer: 540 / 4 = 135, an integer, as required.", "540", True),
+    ("Let me check the answer: for n = 2 we get 6, too small.\nSo \\boxed{540}", "540", True),
+    ("Answer: 540\n" + "Note that the answer: is written as requested.\n" * 20, "540", True),
+    ("so the answer: x = 5", "5", True),
+    ("Answer: 4 is the smallest value that does not work, so there is no answer", "4", False),
+    ("Answer: 540 is the number of ways", "540", True),
     # the reasoning in <think> is not the answer when one follows it (beyond the authors' rule's 300 characters:
     # inside them, what it reads is right too, as strict-correct implies equiv-correct)
     ("<think>\nAnswer: 541\n" + "Let me check again. " * 20 + "\n</think>\nThe answer is $\\boxed{540}$.", "540", True),
@@ -589,6 +601,14 @@ def test_strict_is_linear_in_the_ground_truth(name):
     assert not math_score("Answer: 1", gt, mode="strict")
     assert math_score("Answer: " + normalize_answer(gt[:250]), gt[:250], mode="strict")
     assert time.process_time() - t0 < 2.0
+
+
+def test_a_huge_box_after_a_sentence_label_costs_nothing():
+    """Whether a sentence's answer mentions a later box's value was a regular expression compiled from the box:
+    1 MB of box took seconds (and filled re's cache)."""
+    t0 = time.process_time()
+    assert math_score("so the answer: 5 \\boxed{" + "1" * 1_000_000 + "}", "5")
+    assert time.process_time() - t0 < 0.5
 
 
 def test_many_answer_labels_on_one_line_take_linear_time():

@@ -220,34 +220,96 @@ def extract_final_answer(response: str) -> str | None:
     return None if answer is None else answer.strip()
 
 
-MAX_LABELS = 16
+MAX_CANDIDATES = 64  # labels with a value after them looked at, from the last (prose-only ones cost nothing)
 _VALUE = re.compile(r"[\d$\\]")  # what an answer holds and prose does not: a digit, math, a LaTeX command
+# an answer as a sentence's label gives it: a value first (after an optional `x =`), no further `=` (not a check
+# such as `540 / 4 = 135`)
+_ANSWER_SHAPED = re.compile(r"(?:[A-Za-z]\w*\s*=\s*)?(?:[-+]?\.?\d|\\|[(\[{])[^=]*")
 
 
-def _final_answer_raw(response: str) -> str | None:
+def judged_text(response: str) -> str:
+    """The part of `response` whose answer is judged: the text after the last `</think>` when an answer can be read
+    there (the reasoning before it is not the answer), else the whole response."""
     think = response.rfind("</think>")
     if think >= 0:
         tail = response[think + len("</think>") :]
-        if _LABEL.search(tail) or _BOXED.search(tail):
-            response = tail
-    labels = list(_LABEL.finditer(response))
-    boxes = _boxes(response)
-    for m in reversed(labels[-MAX_LABELS:]):
-        content, end = _label_content(response, m.end())
-        if _starts_line(response, m.start()):
+        answer = _answer_in(tail)
+        if answer is not None and _VALUE.search(answer):
+            return tail
+    return response
+
+
+def _final_answer_raw(response: str) -> str | None:
+    return _answer_in(judged_text(response))
+
+
+def _answer_in(text: str) -> str | None:
+    boxes = _boxes(text)
+    inside = _inside_boxes(boxes)
+    labels = list(_LABEL.finditer(text))
+    looked = 0
+    for m in reversed(labels):
+        if looked >= MAX_CANDIDATES:
+            break
+        if inside(m.start()):  # `\\boxed{\\text{Final Answer: } 540}`: the box is the answer
+            continue
+        line = _starts_line(text, m.start())
+        nl = text.find("\n", m.end(), m.end() + 200)
+        rest = text[m.end() : nl if nl >= 0 else m.end() + 200]
+        if not line and rest.strip() and not _VALUE.search(rest):
+            continue  # an in-sentence label followed by prose ("to find the answer: we first ...")
+        looked += 1
+        content, end = _label_content(text, m.end())
+        if line:
             return content
-        if _VALUE.search(content):
+        if _answer_shaped(content):
             later = [c for j, c in boxes if j >= end]
             return later[-1] if later and _mentions(content, later[-1]) else content
     if boxes:
         return boxes[-1][1]
-    return _label_content(response, labels[-1].end())[0] if labels else None
+    return _label_content(text, labels[-1].end())[0] if labels else None
+
+
+def _answer_shaped(content: str) -> bool:
+    """Whether an in-sentence label's `content` reads as an answer (`540 (after removing it)`, `x = 5`,
+    `\\boxed{33}.`), not as a sentence or a check (`for n = 2 we get 6`, `540 / 4 = 135, an integer`)."""
+    cleaned = without_remarks(clean_answer(content)) if len(content) <= MAX_ANSWER_CHARS else ""
+    return bool(cleaned) and _ANSWER_SHAPED.fullmatch(cleaned) is not None
+
+
+def _inside_boxes(boxes: list[tuple[int, str]]):
+    """A test of whether a position lies inside one of `boxes` (sorted by opening brace), in log time."""
+    import bisect
+
+    starts = [j for j, _ in boxes]
+    reach, best = [], -1
+    for j, c in boxes:  # the furthest closing brace of the boxes opened so far
+        best = max(best, j + len(c) + 1)
+        reach.append(best)
+
+    def inside(pos: int) -> bool:
+        i = bisect.bisect_left(starts, pos) - 1
+        return i >= 0 and reach[i] > pos
+
+    return inside
 
 
 def _mentions(text: str, value: str) -> bool:
-    """Whether `value` (a box's contents), cleaned, appears in `text` as a token of its own."""
+    """Whether `value` (a box's contents), cleaned, appears in `text` as a token of its own (plain string search:
+    a box's contents are no pattern)."""
+    if len(value) > MAX_ANSWER_CHARS:
+        return False
     v = clean_answer(value)
-    return bool(v) and re.search(rf"(?<![\w.]){re.escape(v)}(?!\w|\.\d)", text) is not None
+    i = text.find(v) if v else -1
+    while i >= 0:
+        before = text[i - 1] if i else " "
+        after = text[i + len(v) : i + len(v) + 2]
+        if not (before.isalnum() or before in "._") and not (
+            after[:1].isalnum() or after[:1] == "_" or (after[:1] == "." and after[1:2].isdigit())
+        ):
+            return True
+        i = text.find(v, i + 1)
+    return False
 
 
 # what may precede an answer label on its line: spaces, markdown (list marks, headings, quotes, emphasis), "Final"
@@ -371,10 +433,11 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
     """
-    answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises it
+    text = judged_text(response)  # after `</think>` when the answer is there: the authors' rule reads that too
+    answer = _answer_in(text)  # unstripped, exactly as strict mode normalises it
     if answer is not None and len(answer) <= MAX_ANSWER_CHARS and is_hedge(answer, ground_truth):
         return False
-    if strict_correct(response, ground_truth):  # strict-correct implies equiv-correct, whichever answer each reads
+    if strict_correct(text, ground_truth):  # strict-correct implies equiv-correct, whichever answer each reads
         return True
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
@@ -447,8 +510,9 @@ _CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}
 _ASSIGNMENT = r"[A-Za-z]\w*\s*=\s*-?\d+(?:\.\d+)?"  # m = 37: a side value a grader reads past, as (m = 37, n = 3)
 _REMARK = re.compile(
     r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
-    r"|\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+|correct\s+|required\s+|desired\s+)?(?:answer|remainder|"
-    r"result|value|number|count|total|sum|(?:largest|smallest|greatest|least|maximum|minimum)\b[^;,.\d$=\\]*)"
+    r"|\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+|correct\s+|required\s+|desired\s+)?(?:(?:largest|smallest|"
+    r"greatest|least|maximum|minimum)(?:\s+(?:possible|positive|real|integer|value|number|part|sum|one))*|(?:answer|"
+    r"remainder|result|value|number|count|total|sum)(?:\s+of\s+(?:the\s+)?[A-Za-z]+(?:\s+[A-Za-z]+)?)?)"
     rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\))$"
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
