@@ -265,3 +265,19 @@ def test_max_log_w_reaches_rpg_loss_and_is_refused_elsewhere():
         check(apply_overrides(Config(), [("loss.name", "grpo"), ("loss.max_log_w", "1")]))
     with pytest.raises(UsageError, match=r"loss.eps_low must be in \[0, 1\]"):
         check(apply_overrides(Config(), [("loss.eps_low", "1.5")]))
+
+
+def test_options_a_preset_or_saved_run_sets_are_not_refused_as_unused():
+    """`rpg-urkl-released --loss.clip none`: the preset's branch, kl_in_clip and analogue go unused, but the user set
+    none of them; they were refused one at a time, each named as if the user had. Refused all at once without a
+    base (the Python API), and not at all against the preset the flags were applied to."""
+    from rpgrl.presets import get_preset
+
+    preset = get_preset("rpg-urkl-released")
+    flags = [("data.train", "t.jsonl"), ("data.reward", "math"), ("model.path", "m"), ("loss.clip", "none")]
+    with pytest.raises(UsageError, match=r"loss.clip_branch .*\(also unused: loss.kl_in_clip, loss.analogue\)"):
+        check(apply_overrides(preset, flags))
+    check(apply_overrides(preset, flags), base=preset)
+    paper = get_preset("rpg-urkl")  # the paper's: branch 'effective'
+    with pytest.raises(UsageError, match="loss.clip_branch applies to loss.clip dual"):  # the user's own value
+        check(apply_overrides(paper, [*flags, ("loss.clip_branch", "raw")]), base=paper)

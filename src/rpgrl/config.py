@@ -484,8 +484,10 @@ def config_from_dict(d: dict[str, Any], base: Config | None = None) -> Config:
 # Validation: ranges and cross-field constraints, checked once on the final config.
 
 
-def check(cfg: Config) -> Config:
-    """Raise UsageError (one line, naming the key) for values no run can use. Returns `cfg` unchanged."""
+def check(cfg: Config, base: Config | None = None) -> Config:
+    """Raise UsageError (one line, naming the key) for values no run can use. Returns `cfg` unchanged. `base`: the
+    config the user's flags were applied to (a preset, or a resumed run's saved config); an option the run would
+    ignore is refused only when the user set it, not when `base` holds it."""
     _check_finite(cfg)
     _check_counts(cfg)
     _check_rollout_and_loss(cfg)
@@ -493,7 +495,7 @@ def check(cfg: Config) -> Config:
     from rpgrl.trainer.trackers import parse_report_to  # standard library only (and rpgrl.errors)
 
     parse_report_to(cfg.train.report_to)
-    _check_unused(cfg)
+    _check_unused(cfg, base)
     return cfg
 
 
@@ -648,8 +650,9 @@ def _unused_model_and_schedule(cfg: Config) -> list[tuple[str, Any, str, str]]:
     return out
 
 
-def _check_unused(cfg: Config) -> None:
-    """Raise UsageError for an option set where the run would ignore it (a user who sets it expects an effect)."""
+def _check_unused(cfg: Config, base: Config | None = None) -> None:
+    """Raise UsageError for an option set where the run would ignore it (a user who sets it expects an effect),
+    unless `base` (the preset or saved config the flags were applied to) holds the same value."""
     lo, r, e = cfg.loss, cfg.rollout, cfg.eval
     if lo.kl is not None and lo.name == "rpg":
         raise UsageError(f"loss.kl applies to the PPO-family losses (ppo, grpo, dapo, reinforce_pp), not rpg, whose "
@@ -684,14 +687,17 @@ def _check_unused(cfg: Config) -> None:
     if r.group_filter != "fill" and r.max_gen_batches != RolloutConfig.max_gen_batches:
         unused.append(("rollout.max_gen_batches", r.max_gen_batches, "rollout.group_filter fill",
                        f"rollout.group_filter is {r.group_filter}"))  # fmt: skip
+    if base is not None:  # set by the preset (`rpg-urkl`'s analogue with --loss.clip none), not by the user
+        unused = [u for u in unused if getattr(getattr(base, u[0].split(".")[0]), u[0].split(".")[1]) != u[1]]
     if unused:
         key, value, applies, why = unused[0]
+        more = f" (also unused: {', '.join(u[0] for u in unused[1:])})" if len(unused) > 1 else ""
         section, name = key.split(".")
         default = getattr(type(getattr(cfg, section)), name)
         text = "none" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
         # a run saved before the option was refused holds it in config.json: --resume then needs the default
         raise UsageError(f"{key} applies to {applies} only ({why}): drop {key}, or set it to its default "
-                         f"(--{key} {text}) where a saved config.json holds it (got {value!r})")  # fmt: skip
+                         f"(--{key} {text}) where a saved config.json holds it (got {value!r}){more}")  # fmt: skip
     if e.benchmarks and not any(p.strip() for p in e.benchmarks.split(",")):
         raise UsageError(f"eval.benchmarks names no file (got {e.benchmarks!r}): give comma-separated parquet or "
                          "JSONL paths, or none")  # fmt: skip

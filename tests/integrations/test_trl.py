@@ -221,8 +221,8 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
         ({"loss_type": "dr_grpo"}, "loss_type"),  # TRL's normalisation: RPGConfig.agg sets it (was ignored)
         ({"kl_in_clip": "false"}, "kl_in_clip must be true or false"),  # acted as True
-        ({"kl_in_clip": False}, "kl_in_clip applies to the dual clip"),  # reinforce: not read (was accepted)
-        ({"style": "differentiable", "clip": None, "branch": "raw"}, "branch applies"),
+        ({"kl_in_clip": False}, "kl_in_clip not read with style='reinforce'"),  # not read (was accepted)
+        ({"style": "differentiable", "clip": None, "branch": "raw"}, "branch not read"),
         # sampling filters: TRL's pi_old log-probs see the temperature only (were accepted; pi_old was not the sampler)
         ({"top_k": 1}, "top_k change the distribution"),
         ({"top_p": 0.9}, "top_p change"),
@@ -249,7 +249,7 @@ def test_neutral_sampling_settings_and_corrected_filters_are_accepted(tmp_path):
     common = dict(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True)
     neutral = {"max_new_tokens": 5, "temperature": 0.7, "top_p": 1.0, "top_k": 0, "do_sample": True, "use_cache": True}
     RPGConfig(**common, temperature=0.7, generation_kwargs=neutral, top_k=0, top_p=1.0, repetition_penalty=1.0)
-    vllm = {"stop": ["</s>"], "seed": 3, "skip_special_tokens": False, "top_k": -1}  # vLLM's names (a review's)
+    vllm = {"stop": ["</s>"], "seed": 3, "skip_special_tokens": False, "top_k": -1, "num_beams": 1}  # (reviews')
     RPGConfig(**common, use_vllm=True, vllm_importance_sampling_correction=False, generation_kwargs=vllm, top_k=-1)
     RPGConfig(**common, top_k=5, top_p=0.9, use_vllm=True, vllm_importance_sampling_correction=True)
     RPGConfig(**common, multi_objective_aggregation="normalize_then_sum", scale_rewards="group")  # not RPG's estimator

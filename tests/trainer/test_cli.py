@@ -118,7 +118,7 @@ def test_bad_data_files(capsys, tmp_path):
     err = _fail(capsys, ["--data.train", three, "--data.reward", "math01", "--sft.max_steps", "0", *fill,
                          "--rollout.gen_prompts", "6", "--out", str(out)])  # fmt: skip
     assert "rollout.gen_prompts 6 is twice the 3 training prompts or more" in err and "2 times" in err
-    assert "at most 3" in err and not out.exists()
+    assert "set it below 6" in err and not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -101,9 +101,9 @@ class RPGConfig(GRPOConfig):
         except OptionError as e:
             raise ValueError(f"RPGConfig: {_TRL_NAMES.get(e.option, e.option)}: {e}") from None
         if idle:  # as `rpgrl train` and verl refuse them: a user who sets one expects an effect
-            raise ValueError(f"RPGConfig: {idle[0]} applies to the dual clip of style='differentiable' (branch: to "
-                             f"the dual clip), not to style={self.style!r} with clip={self.clip!r}: leave it at "
-                             "its default")  # fmt: skip
+            raise ValueError(f"RPGConfig: {', '.join(idle)} not read with style={self.style!r} and clip={self.clip!r} "
+                             "(branch applies to clip='dual'; kl_in_clip and analogue to clip='dual' with "
+                             "style='differentiable'): leave at default")  # fmt: skip
         unsupported = {
             "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
             "top_entropy_quantile": self.top_entropy_quantile < 1.0,
@@ -162,6 +162,7 @@ _SAMPLING_NEUTRAL = {
     "typical_p": (1.0, None),
     "repetition_penalty": (1.0, None),
     "do_sample": (True, None),
+    "num_beams": (1, None),
 }
 # generation_kwargs keys that leave the distribution as it is: length limits, stop strings, special ids, caching,
 # seeds, detokenisation (transformers' GenerationConfig and vLLM's SamplingParams)

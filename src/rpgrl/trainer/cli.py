@@ -76,7 +76,8 @@ def resolve_config(args: Args) -> tuple[Config, str]:
     """The final config and a name for the run, validated (UsageError otherwise)."""
     if not args.resume:
         name = args.preset or "default"
-        return check(apply_overrides(get_preset(name), args.overrides)), name
+        preset = get_preset(name)
+        return check(apply_overrides(preset, args.overrides), base=preset), name
     if args.out is None:
         raise UsageError("--resume needs --out DIR (the run to continue)")
     saved_file = Path(args.out) / "config.json"
@@ -100,7 +101,7 @@ def resolve_config(args: Args) -> tuple[Config, str]:
                 f"--resume: preset {args.preset!r} differs from the run saved in {args.out} in "
                 f"{', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}; drop the preset to use the saved config"
             )
-    return check(cfg), args.preset or "resumed"
+    return check(cfg, base=saved), args.preset or "resumed"
 
 
 def _differences(a: Config, b: Config) -> list[str]:

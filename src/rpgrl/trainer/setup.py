@@ -379,7 +379,7 @@ def _check_generation_batch(cfg: Config, n_prompts: int) -> None:
     if r.group_filter == "fill" and r.gen_prompts is not None and r.gen_prompts >= 2 * n_prompts:
         raise UsageError(f"rollout.gen_prompts {r.gen_prompts} is twice the {n_prompts} training prompts or more: "
                          f"each generation batch would draw every prompt {r.gen_prompts / n_prompts:.3g} times on "
-                         f"average; set it to at most {n_prompts}")  # fmt: skip
+                         f"average; set it below {2 * n_prompts}")  # fmt: skip
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
