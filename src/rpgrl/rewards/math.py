@@ -196,17 +196,17 @@ def _boxed_contents(text: str) -> list[str]:
 
 
 def extract_final_answer(response: str) -> str | None:
-    """The one answer equiv mode judges, from the text after the last `</think>` when that holds a label or a box
-    (the reasoning before it is not the answer), else from the whole response:
+    """The one answer equiv mode judges, from `judged_text(response)` (the text after the last `</think>` when an
+    answer with a value can be read there; the reasoning before it is not the answer):
     - the last `Answer: ...` label that starts a line (the format the prompt asks for, spec 7.5: `Answer:`,
-      `**Final Answer:**`, `### Answer:`) or sits inside a sentence with a value after it ("so the corrected
-      answer: 540"), whichever comes last; an in-sentence label followed by only prose ("to find the answer: we
-      first ...") is not an answer. A later `\\boxed{}` takes the place of an in-sentence label's answer when
-      that answer mentions its value ("we verify our answer: 540 works ... \\boxed{540}"), never of a line label's
-      (a second value is not a correction: `Answer: 4 ... maybe \\boxed{5}` is judged as 4, as the authors' rule
-      reads it);
+      `**Final Answer:**`, `### Answer:`) or sits inside a sentence with an answer-shaped value after it ("so the
+      corrected answer: 540"), whichever comes last; an in-sentence label followed by prose ("to find the answer:
+      we first ...") or by a check ("the answer: 540 / 4 = 135") is no answer, nor is a label inside a box. A later
+      `\\boxed{}` takes the place of an in-sentence label's answer when that answer mentions its value ("we verify
+      our answer: 540 works ... \\boxed{540}"), never of a line label's (a second value is not a correction:
+      `Answer: 4 ... maybe \\boxed{5}` is judged as 4, as the authors' rule reads it);
     - else the last complete `\\boxed{...}`; else None (wrong).
-    At most the last MAX_LABELS labels are looked at.
+    At most MAX_CANDIDATES labels with a value after them are looked at, from the last.
 
     An earlier `\\boxed{4}` followed by `Answer: 5` is judged as 5; a hedge inside the final answer
     ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and so never equals a single value.
