@@ -417,6 +417,9 @@ EQUIV_TABLE = [
     ("Let me check the answer: for n = 2 we get 6, too small.\nSo \\boxed{540}", "540", True),
     ("Answer: 540\n" + "Note that the answer: is written as requested.\n" * 20, "540", True),
     ("so the answer: x = 5", "5", True),
+    ("\\boxed{\\text{Final Answer: } 540}", "540", True),  # a label written inside the box
+    ("$\\boxed{\\textbf{Answer:} 540}$", "540", True),
+    ("$\\boxed{\\textbf{Answer:} 540}$", "541", False),
     ("Answer: 4 is the smallest value that does not work, so there is no answer", "4", False),
     ("Answer: 540 is the number of ways", "540", True),
     # the reasoning in <think> is not the answer when one follows it (beyond the authors' rule's 300 characters:

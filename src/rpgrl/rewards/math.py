@@ -169,6 +169,7 @@ _THOUSANDS = re.compile(rf"(?<=\d){_SEPARATOR}(?=\d{{3}}(?!\d))")
 # a number written with thousands separators, alone or assigned (x = 1,000): elsewhere a comma separates elements
 _GROUPED_NUMBER = re.compile(rf"(?:[A-Za-z]\w*\s*=\s*)?-?\d{{1,3}}(?:{_SEPARATOR}\d{{3}})+(?:\.\d+)?")
 _MARKDOWN = re.compile(r"\*\*|__|`")
+_TEXT_LABEL = re.compile(r"^\s*\\(?:text|textbf|mathrm)\s*\{[^{}]*answer\s*:?\s*\}\s*:?\s*", re.IGNORECASE)
 _INTEGER = re.compile(r"-?\d{1,300}")
 
 
@@ -356,6 +357,7 @@ def clean_answer(answer: str) -> str:
     """
     boxed = _boxed_contents(answer)
     s = ", ".join(boxed) if boxed else answer
+    s = _TEXT_LABEL.sub("", s)  # \boxed{\text{Final Answer: } 540}: the label is no part of the answer
     if len(s) <= MAX_ANSWER_CHARS:  # (a longer answer is judged wrong; `rpgrl eval`'s vote still groups it)
         s = repeating_to_fraction(unicode_to_latex(s))
     s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
