@@ -153,7 +153,7 @@ def test_derived_values_are_properties():
         # the dual clip's options without it (a review found verl accepting them; the gradient is the default's)
         (
             [("loss.style", "differentiable"), ("loss.clip", "none"), ("loss.clip_branch", "raw")],
-            "loss.clip_branch applies to loss.clip dual only (loss.clip is None)",
+            "loss.clip_branch applies to loss.clip dual only (loss.clip is none)",
         ),
         (
             [("loss.style", "differentiable"), ("loss.clip", "none"), ("loss.analogue", "paper")],

@@ -613,9 +613,10 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
         if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
             out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
         return out
-    why = {"branch": ("loss.clip dual", f"loss.clip is {lo.clip}"),
+    clip = "none" if lo.clip is None else lo.clip  # as the command line writes it
+    why = {"branch": ("loss.clip dual", f"loss.clip is {clip}"),
            **{k: ("loss.style differentiable with loss.clip dual (its dual clip's advantage analogue)",
-                  f"loss.style is {lo.style}, loss.clip {lo.clip}") for k in ("analogue", "kl_in_clip")}}  # fmt: skip
+                  f"loss.style is {lo.style}, loss.clip {clip}") for k in ("analogue", "kl_in_clip")}}  # fmt: skip
     return [
         (f"loss.{LOSS_KEYS.get(k, k)}", getattr(lo, LOSS_KEYS.get(k, k)), *why[k]) for k in lo.rpg_options().unused()
     ]

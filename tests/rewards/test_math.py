@@ -422,6 +422,10 @@ EQUIV_TABLE = [
     ("$\\boxed{\\textbf{Answer:} 540}$", "541", False),
     ("Answer: 4 is the smallest value that does not work, so there is no answer", "4", False),
     ("Answer: 540 is the number of ways", "540", True),
+    # the authors' rule reading a check after the answer made a response right for two values (a review's)
+    ("Step...\n\n**Answer:** 540\n\nDouble-checking the answer: 540 - 405 = 135", "540", True),
+    ("Step...\n\n**Answer:** 540\n\nDouble-checking the answer: 540 - 405 = 135", "135", False),
+    ("So the count is $\\boxed{540}$.\n\nCheck of the answer: 540 / 4 = 135", "135", False),
     # the reasoning in <think> is not the answer when one follows it (beyond the authors' rule's 300 characters:
     # inside them, what it reads is right too, as strict-correct implies equiv-correct)
     ("<think>\nAnswer: 541\n" + "Let me check again. " * 20 + "\n</think>\nThe answer is $\\boxed{540}$.", "540", True),
@@ -510,6 +514,8 @@ def test_strict_correct_implies_equiv_correct(response, gt, expected):
 def test_strict_correct_implies_equiv_correct_random():
     import random
 
+    from rpgrl.rewards.math import _strict_label_rejected
+
     rng = random.Random(1)
     atoms = ["Answer:", "answer :", "\n", " ", "=", "$", "\\boxed{", "}", "{", "\\frac", "\\sqrt", "1", "2", "0"]
     atoms += [",", ".", "x", "a ", "an ", "\\text{", "degrees", "^\\circ", "\\!", "**", "\\$", "-", "(", ")"]
@@ -522,9 +528,11 @@ def test_strict_correct_implies_equiv_correct_random():
         gt = gt if rng.random() < 0.7 else "".join(rng.choice(atoms[5:]) for _ in range(rng.randint(1, 4)))
         answer = extract_final_answer(resp)
         if strict_correct(resp, gt) and not (answer is not None and is_hedge(answer, gt)):
+            if _strict_label_rejected(resp):  # a label equiv reads past (prose or a check): the one exception
+                continue
             hits += 1
             assert equiv_correct(resp, gt), (resp, gt)
-    assert hits > 300  # the property was exercised
+    assert hits > 100  # the property was exercised (138 times with this seed)
 
 
 def test_without_remarks_and_hedges():

@@ -580,3 +580,32 @@ def test_an_unknown_option_without_a_value_is_named_unknown(capsys, tmp_path):
     assert "--out needs a value" in _fail(capsys, ["--out"])
     assert "--seed needs a value" in _fail(capsys, ["--seed", "--out", str(out)])
     assert not out.exists()
+
+
+def test_the_preset_reaches_the_runs_own_config_check(tmp_path, monkeypatch):
+    """`rpg-urkl-released --loss.clip none`: the preset's unused options passed the command's check but were refused
+    by the run's own (open_run checked again without the preset, a review found)."""
+    from pathlib import Path
+
+    import rpgrl.trainer.setup as setup
+    from rpgrl.config import check as real_check
+    from rpgrl.presets import get_preset
+    from rpgrl.trainer.cli import _prepare
+
+    data = _jsonl(tmp_path / "t.jsonl", [{"prompt": "1+1", "answer": "2"}])
+    argv = ["rpg-urkl-released", "--loss.clip", "none", "--data.train", data, "--data.reward", "math",
+            "--model.path", str(tmp_path), "--out", str(tmp_path / "run")]  # fmt: skip
+    cfg, out, resume, train = _prepare(argv)
+    assert train.keywords["base"] == get_preset("rpg-urkl-released")
+    seen = {}
+
+    def check(c, base=None):
+        seen["base"] = base
+        raise UsageError("stop here")
+
+    monkeypatch.setattr("rpgrl.config.check", check)
+    with pytest.raises(UsageError, match="stop here"):
+        setup.open_run(cfg, Path(out), resume, train.keywords["base"])
+    assert seen["base"] == get_preset("rpg-urkl-released")
+    with pytest.raises(UsageError, match="also unused"):  # without it (the Python API), refused, all named at once
+        real_check(cfg)

@@ -271,6 +271,19 @@ def _answer_in(text: str) -> str | None:
     return _label_content(text, labels[-1].end())[0] if labels else None
 
 
+def _strict_label_rejected(text: str) -> bool:
+    """Whether the label the authors' rule reads in `text` (the last in its window) is one `_answer_in` rejects: in
+    a sentence with no answer-shaped value after it, or inside a box."""
+    lo = max(0, len(text) - STRICT_WINDOW)
+    labels = list(ANSWER_RE.finditer(text, lo))
+    if not labels:
+        return False
+    m = labels[-1]
+    if _inside_boxes(_boxes(text))(m.start()):
+        return True
+    return not _starts_line(text, m.start()) and not _answer_shaped(m.group(1))
+
+
 def _answer_shaped(content: str) -> bool:
     """Whether an in-sentence label's `content` reads as an answer (`540 (after removing it)`, `x = 5`,
     `\\boxed{33}.`), not as a sentence or a check (`for n = 2 we get 6`, `540 / 4 = 135, an integer`)."""
@@ -439,7 +452,9 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     answer = _answer_in(text)  # unstripped, exactly as strict mode normalises it
     if answer is not None and len(answer) <= MAX_ANSWER_CHARS and is_hedge(answer, ground_truth):
         return False
-    if strict_correct(text, ground_truth):  # strict-correct implies equiv-correct, whichever answer each reads
+    # strict-correct implies equiv-correct, whichever answer each reads, unless the authors' rule reads a label
+    # equiv rejects (a check after the answer, `the answer: 540 - 405 = 135`: right for two values otherwise)
+    if strict_correct(text, ground_truth) and not _strict_label_rejected(text):
         return True
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False

@@ -14,6 +14,7 @@ while the model, curves and summary are written, lets the run finish (0).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -72,12 +73,13 @@ def parse_args(argv: list[str]) -> Args:
     return args
 
 
-def resolve_config(args: Args) -> tuple[Config, str]:
-    """The final config and a name for the run, validated (UsageError otherwise)."""
+def resolve_config(args: Args) -> tuple[Config, str, Config]:
+    """The final config, a name for the run and the config the flags were applied to (a preset, or the resumed
+    run's saved config: options it holds are not refused as unused), validated (UsageError otherwise)."""
     if not args.resume:
         name = args.preset or "default"
         preset = get_preset(name)
-        return check(apply_overrides(preset, args.overrides), base=preset), name
+        return check(apply_overrides(preset, args.overrides), base=preset), name, preset
     if args.out is None:
         raise UsageError("--resume needs --out DIR (the run to continue)")
     saved_file = Path(args.out) / "config.json"
@@ -101,7 +103,7 @@ def resolve_config(args: Args) -> tuple[Config, str]:
                 f"--resume: preset {args.preset!r} differs from the run saved in {args.out} in "
                 f"{', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}; drop the preset to use the saved config"
             )
-    return check(cfg, base=saved), args.preset or "resumed"
+    return check(cfg, base=saved), args.preset or "resumed", saved
 
 
 def _differences(a: Config, b: Config) -> list[str]:
@@ -155,11 +157,11 @@ def _prepare(argv: list[str]):
         return None
     if args.out is not None:
         check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
-    cfg, name = resolve_config(args)
+    cfg, name, base = resolve_config(args)
     out = args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from rpgrl.trainer.loop import train
 
-    return cfg, out, args.resume, train
+    return cfg, out, args.resume, functools.partial(train, base=base)
 
 
 def _stopped_now(signal_name: str, out: str | None) -> str:

@@ -92,11 +92,13 @@ def train(
     resume: bool = False,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
     stop: StopSignals | None = None,
+    base: Config | None = None,
 ) -> dict[str, Any]:
     """Train according to `cfg`, writing everything into the run directory `out`; returns the run summary.
 
     `resume=True` continues the run in `out` from its newest checkpoint that loads up to `cfg.train.max_steps`.
     `on_step(step, state)` is called after every training step (tests use it to inspect the live objects).
+    `base`: the config `cfg` was made from (a preset): options it holds that the run ignores are not refused.
     `stop`: installed by `rpgrl train`; after a SIGTERM/SIGINT the current step ends with a checkpoint and
     `Interrupted` is raised. Checkpoints are written every `train.checkpoint_every` steps, when
     `train.checkpoint_minutes` have passed since the last one, and at the end.
@@ -106,7 +108,7 @@ def train(
     the resume rewrote (`RESUME_REWRITES`), so the run stays as it was.
     """
     t_begin = time.perf_counter()
-    run = open_run(cfg, Path(out), resume)  # all input errors surface here, before `out` is touched
+    run = open_run(cfg, Path(out), resume, base)  # all input errors surface here, before `out` is touched
     with RunLock(run.out):  # one process per run directory
         _check_unchanged(run, resume)
         kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None

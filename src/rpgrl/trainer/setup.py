@@ -421,7 +421,7 @@ def _misfit(cfg: Config, out: Path, error: Exception) -> str:
     return lines[min(1, len(lines) - 1)][:300]  # torch's header line ends at a colon: the next one says what
 
 
-def open_run(cfg: Config, out: Path, resume: bool) -> Run:
+def open_run(cfg: Config, out: Path, resume: bool, base: Config | None = None) -> Run:
     """Resolve names, build the model, load the data and, when resuming, restore the newest checkpoint that loads.
     Reads only: every user-fixable problem raises UsageError before anything in `out` is created or changed."""
     from rpgrl.config import check
@@ -431,7 +431,7 @@ def open_run(cfg: Config, out: Path, resume: bool) -> Run:
     from rpgrl.trainer.reference import Anchor
     from rpgrl.trainer.rundir import check_run_dir
 
-    cfg = check(cfg)
+    cfg = check(cfg, base)
     restart = check_run_dir(out, resume)  # a resume with no checkpoint yet starts over
     newest_seen = latest_checkpoint(out / "checkpoints")
     resume = resume and not restart
