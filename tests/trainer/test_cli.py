@@ -126,7 +126,8 @@ def test_bad_data_files(capsys, tmp_path):
     [
         # the saved run is the tiny model: its sizes back to their defaults, which a model folder leaves alone
         (["--model.path", "/nonexistent/model", *(f"--{k}" for k in SIZE_DEFAULTS)], "model folder not found"),
-        (["--model.path", "/nonexistent/model"], "model.hidden_size applies to model.path tiny only"),
+        # the saved run's tiny sizes are not refused as unused (the saved config holds them): the folder is missing
+        (["--model.path", "/nonexistent/model"], "model folder not found: /nonexistent/model"),
         (["--loss.bta", "1"], "unknown config key"),
         # the saved run is synthetic with tiny sizes: back to their defaults, which a file dataset leaves alone
         (["--data.train", "/nonexistent.jsonl", "--data.num_train=20000", "--data.num_val=300"], "data file not found"),
