@@ -750,8 +750,8 @@ def test_a_run_directory_changed_while_loading_is_refused(tmp_path, monkeypatch)
 
     real = loop.open_run
 
-    def another_process_writes(cfg, out, resume):
-        run = real(cfg, out, resume)
+    def another_process_writes(cfg, out, resume, base=None):
+        run = real(cfg, out, resume, base)
         (out / "checkpoints" / "step-000005").mkdir(parents=True)
         for name in ("state.pt", "meta.json"):
             (out / "checkpoints" / "step-000005" / name).write_text('{"step": 5}')
