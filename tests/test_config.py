@@ -281,3 +281,18 @@ def test_options_a_preset_or_saved_run_sets_are_not_refused_as_unused():
     paper = get_preset("rpg-urkl")  # the paper's: branch 'effective'
     with pytest.raises(UsageError, match="loss.clip_branch applies to loss.clip dual"):  # the user's own value
         check(apply_overrides(paper, [*flags, ("loss.clip_branch", "raw")]), base=paper)
+
+
+def test_a_presets_own_kl_and_generation_batch_are_not_refused_as_unused():
+    """`dapo --rollout.group_filter off` refused the preset's gen_prompts, `grpo --loss.name rpg` its loss.kl (a
+    review's): not the user's settings. Set by the user, still refused."""
+    from rpgrl.presets import get_preset
+
+    common = [("data.train", "t.jsonl"), ("data.reward", "math"), ("model.path", "m")]
+    for name, flags, key in (("dapo", [("rollout.group_filter", "off")], "rollout.gen_prompts"),
+                             ("grpo", [("loss.name", "rpg")], "loss.kl")):  # fmt: skip
+        preset = get_preset(name)
+        cfg = apply_overrides(preset, [*common, *flags])
+        check(cfg, base=preset)
+        with pytest.raises(UsageError, match=key):
+            check(cfg)

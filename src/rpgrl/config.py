@@ -655,13 +655,17 @@ def _check_unused(cfg: Config, base: Config | None = None) -> None:
     """Raise UsageError for an option set where the run would ignore it (a user who sets it expects an effect),
     unless `base` (the preset or saved config the flags were applied to) holds the same value."""
     lo, r, e = cfg.loss, cfg.rollout, cfg.eval
-    if lo.kl is not None and lo.name == "rpg":
+
+    def mine(sec: str, name: str) -> bool:  # the user set it: `base` (a preset, a saved run) holds another value
+        return base is None or getattr(getattr(base, sec), name) != getattr(getattr(cfg, sec), name)
+
+    if lo.kl is not None and lo.name == "rpg" and mine("loss", "kl"):
         raise UsageError(f"loss.kl applies to the PPO-family losses (ppo, grpo, dapo, reinforce_pp), not rpg, whose "
                          f"KL term is loss.divergence x loss.beta: drop loss.kl (got {lo.kl!r})")  # fmt: skip
-    if cfg.data.val is not None and cfg.synthetic:
+    if cfg.data.val is not None and cfg.synthetic and mine("data", "val"):
         raise UsageError(f"data.val applies to file datasets; the synthetic task generates its own held-out set "
                          f"(data.num_val): drop data.val (got {cfg.data.val!r})")  # fmt: skip
-    if r.gen_prompts is not None and r.group_filter != "fill":
+    if r.gen_prompts is not None and r.group_filter != "fill" and mine("rollout", "gen_prompts"):
         raise UsageError(f"rollout.gen_prompts applies to rollout.group_filter fill only, not {r.group_filter!r} "
                          f"(got {r.gen_prompts})")  # fmt: skip
     ref, data = cfg.ref, cfg.data
