@@ -231,17 +231,22 @@ _ANSWER_SHAPED = re.compile(r"(?:[A-Za-z]\w*\s*=\s*)?(?:[-+]?\.?\d|\\|[(\[{])[^=
 def judged_text(response: str) -> str:
     """The part of `response` whose answer is judged: the text after the last `</think>` when an answer can be read
     there (the reasoning before it is not the answer), else the whole response."""
+    return _judged(response)[0]
+
+
+def _judged(response: str) -> tuple[str, str | None]:
+    """(`judged_text(response)`, the raw answer read there), each text read once."""
     think = response.rfind("</think>")
     if think >= 0:
         tail = response[think + len("</think>") :]
         answer = _answer_in(tail)
         if answer is not None and _VALUE.search(answer):
-            return tail
-    return response
+            return tail, answer
+    return response, _answer_in(response)
 
 
 def _final_answer_raw(response: str) -> str | None:
-    return _answer_in(judged_text(response))
+    return _judged(response)[1]
 
 
 def _answer_in(text: str) -> str | None:
@@ -448,8 +453,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
     """
-    text = judged_text(response)  # after `</think>` when the answer is there: the authors' rule reads that too
-    answer = _answer_in(text)  # unstripped, exactly as strict mode normalises it
+    text, answer = _judged(response)  # after `</think>` when the answer is there: the authors' rule reads that too
+    # (the answer unstripped, exactly as strict mode normalises it)
     if answer is not None and len(answer) <= MAX_ANSWER_CHARS and is_hedge(answer, ground_truth):
         return False
     # strict-correct implies equiv-correct, whichever answer each reads, unless the authors' rule reads a label
