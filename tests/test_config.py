@@ -283,6 +283,33 @@ def test_options_a_preset_or_saved_run_sets_are_not_refused_as_unused():
         check(apply_overrides(paper, [*flags, ("loss.clip_branch", "raw")]), base=paper)
 
 
+def test_a_presets_kl_clamp_left_without_a_separate_kl_term_is_dropped_not_refused():
+    """`rpg-urkl-released --loss.kl_in_clip true`: the KL moves into the clip, so the preset's clamp of a separate KL
+    term has nothing to clamp. It was refused as if the user had set it (a review's); now the run drops it, and
+    rpg_loss takes the options. Set by the user, it is refused as unused, naming why."""
+    import torch
+
+    from rpgrl import rpg_loss
+    from rpgrl.presets import get_preset
+    from rpgrl.trainer.setup import loss_options
+
+    preset = get_preset("rpg-urkl-released")
+    assert preset.loss.kl_clamp == 10.0
+    flags = [("data.train", "t.jsonl"), ("data.reward", "math"), ("model.path", "m"), ("loss.kl_in_clip", "true")]
+    cfg = check(apply_overrides(preset, flags), base=preset)
+    opts = loss_options(cfg.loss)
+    assert opts["kl_value_clamp"] is None and opts["kl_in_clip"] is True and opts["branch"] == "raw"
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    rpg_loss(logp, logp.detach() - 0.3, torch.tensor([1.0]), torch.ones(1, 2), **opts).loss.backward()
+    with pytest.raises(UsageError, match=r"loss.kl_clamp applies to a separate KL term .*loss.kl_in_clip true"):
+        check(apply_overrides(preset, flags))
+    with pytest.raises(UsageError, match="loss.kl_clamp applies to a separate KL term"):  # the user's own clamp
+        check(apply_overrides(Config(), [("loss.style", "differentiable"), ("loss.kl_clamp", "5")]))
+    separate = check(apply_overrides(Config(), [("loss.style", "differentiable"), ("loss.clip", "none"),
+                                                ("loss.kl_clamp", "5")]))  # fmt: skip
+    assert loss_options(separate.loss)["kl_value_clamp"] == 5.0
+
+
 def test_a_presets_own_kl_and_generation_batch_are_not_refused_as_unused():
     """`dapo --rollout.group_filter off` refused the preset's gen_prompts, `grpo --loss.name rpg` its loss.kl (a
     review's): not the user's settings. Set by the user, still refused."""

@@ -129,3 +129,28 @@ def test_numpy_and_fraction_numbers_are_accepted_as_their_float():
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
     with pytest.raises(OptionError, match="beta must be a real number"):
         RPGOptions(beta=np.bool_(True)).check()
+
+
+def test_unused_lists_exactly_the_options_rpg_loss_ignores_and_used_resets_them():
+    """`unused` names an option only where the loss is the same whatever its value (checked here by computing it), and
+    the KL clamp only without a separate KL term; `used` sets those to their defaults and leaves the rest."""
+    logp = torch.tensor([[-1.0, -2.5, -0.2], [-0.7, -0.1, -3.0]], dtype=torch.float64)
+    old = logp - torch.tensor([[0.4, -0.6, 0.1], [-0.3, 0.9, 0.2]], dtype=torch.float64)
+    adv, mask = torch.tensor([0.8, -1.1], dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)
+
+    def loss(o: RPGOptions) -> float:
+        return float(rpg_loss(logp, old, adv, mask, **dataclasses.replace(o, beta=0.3).kwargs()).loss)
+
+    for style, clip in (("reinforce", "dual"), ("reinforce", None), ("differentiable", None)):
+        o = RPGOptions(style=style, clip=clip, branch="raw", kl_in_clip=False, analogue="paper")
+        assert set(o.unused()) >= {"kl_in_clip", "analogue"} and (clip is None) == ("branch" in o.unused())
+        flipped = dataclasses.replace(o, branch="effective", kl_in_clip=True, analogue="exact")
+        assert loss(o) == loss(flipped)
+        assert o.used() == dataclasses.replace(o, **{k: getattr(RPGOptions, k) for k in o.unused()})
+    clamp = RPGOptions(style="differentiable", clip="dual", kl_value_clamp=10.0)  # KL inside the clip
+    assert clamp.unused() == ["kl_value_clamp"] and clamp.used().kl_value_clamp is None
+    with pytest.raises(OptionError, match="kl_value_clamp"):
+        clamp.check()
+    clamp.used().check()
+    for separate in (dataclasses.replace(clamp, kl_in_clip=False), dataclasses.replace(clamp, clip=None)):
+        assert "kl_value_clamp" not in separate.unused() and separate.used() == separate.check()

@@ -578,8 +578,8 @@ def _check_rollout_and_loss(cfg: Config) -> None:
     _need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
     _need(lo.max_log_w is None or lo.name == "rpg", "loss.max_log_w", f"applies to loss.name rpg only, not {lo.name}")
     if lo.name == "rpg":  # the cross-option rules (e.g. truncate needs reinforce), as rpg_loss applies them
-        try:
-            lo.rpg_options().check()
+        try:  # an unused KL clamp is refused as unused (below), unless a preset or saved run set it
+            lo.rpg_options().used().check()
         except OptionError as e:
             raise UsageError(f"loss.{LOSS_KEYS.get(e.option, e.option)}: {e}") from None
 
@@ -616,7 +616,10 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
     clip = "none" if lo.clip is None else lo.clip  # as the command line writes it
     why = {"branch": ("loss.clip dual", f"loss.clip is {clip}"),
            **{k: ("loss.style differentiable with loss.clip dual (its dual clip's advantage analogue)",
-                  f"loss.style is {lo.style}, loss.clip {clip}") for k in ("analogue", "kl_in_clip")}}  # fmt: skip
+                  f"loss.style is {lo.style}, loss.clip {clip}") for k in ("analogue", "kl_in_clip")},
+           "kl_value_clamp": ("a separate KL term (loss.style differentiable with loss.clip none or loss.kl_in_clip "
+                              "false)", f"loss.style is {lo.style}, loss.clip {clip}, loss.kl_in_clip "
+                              f"{str(lo.kl_in_clip).lower()}")}  # fmt: skip
     return [
         (f"loss.{LOSS_KEYS.get(k, k)}", getattr(lo, LOSS_KEYS.get(k, k)), *why[k]) for k in lo.rpg_options().unused()
     ]

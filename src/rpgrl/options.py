@@ -103,15 +103,22 @@ class RPGOptions:
     def unused(self) -> list[str]:
         """The options set away from their defaults that `rpg_loss` does not read with these settings: the dual
         clip's branch without the dual clip, and the differentiable dual clip's `kl_in_clip` and `analogue` with the
-        REINFORCE style or without the dual clip (the loss is the same whatever they are). Configs refuse them: a
-        user who sets one expects an effect."""
+        REINFORCE style or without the dual clip (the loss is the same whatever they are), and `kl_value_clamp`
+        without a separate KL term (which `check` refuses). Configs refuse them: a user who sets one expects an
+        effect."""
         dual_differentiable = self.clip == "dual" and self.style == "differentiable"
         idle = {
             "branch": self.clip != "dual",
             "kl_in_clip": not dual_differentiable,
             "analogue": not dual_differentiable,
+            "kl_value_clamp": not self.separate_kl,
         }
         return [k for k, off in idle.items() if off and getattr(self, k) != getattr(RPGOptions, k)]
+
+    def used(self) -> RPGOptions:
+        """These options with the `unused` ones at their defaults: the same loss, and `check` passes where only an
+        unused option failed it (a preset's KL clamp after a flag folds the KL into the clip)."""
+        return dataclasses.replace(self, **{k: getattr(RPGOptions, k) for k in self.unused()})
 
     def check(self) -> RPGOptions:
         """Raise `OptionError` (one line, naming the option) for options `rpg_loss` cannot use. Returns the options

@@ -63,7 +63,7 @@ def resolve_components(cfg: Config) -> tuple[Callable, Callable, Callable, dict[
 def loss_options(lc: LossConfig) -> dict[str, Any]:
     """Keyword options for the registered loss `lc.name` (not the tensors, normalizer or anchor)."""
     if lc.name == "rpg":
-        return lc.rpg_options().kwargs()
+        return lc.rpg_options().used().kwargs()  # a preset's option left unused by a flag: the same loss
     # PPO family (ppo, grpo, dapo, reinforce_pp): ratio clip always, dual clip c with clip='dual'
     opts: dict[str, Any] = dict(
         eps_low=lc.eps_low, eps_high=lc.eps_high, clip_c=lc.c if lc.clip == "dual" else None, agg=lc.agg
