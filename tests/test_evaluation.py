@@ -325,9 +325,13 @@ def test_a_signal_while_the_report_is_written_leaves_no_metrics_json(tiny_model_
     argv = ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--k", "2",
             "--limit-problems", "2", "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
     assert main(argv) == 143
-    assert "stopped by SIGTERM before the report was written" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    last = err.splitlines()[-1]  # after the progress bar's own line
+    assert "Traceback" not in err and f"stopped by SIGTERM; 1 sampled chunk kept in {out / 'partial.jsonl'}" in last
     assert not (out / "metrics.json").exists()
     assert len((out / "samples.jsonl").read_text().splitlines()) == 2  # whole
+    monkeypatch.undo()  # the same command again finishes the report (the folder was refused: it held samples.jsonl)
+    assert main(argv) == 0 and (out / "metrics.json").is_file() and not (out / "partial.jsonl").exists()
 
 
 @needs_data
@@ -763,3 +767,97 @@ def test_one_evaluation_per_out_folder(tiny_model_dir, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "in use by another rpgrl process" in err, err
     assert main(argv) == 0 and (out / "metrics.json").is_file()
+
+
+def _eval_argv(model, data, out, *extra):
+    return ["eval", "--model", str(model), "--data", str(data), "--k", "3", "--max-new-tokens", "6",
+            "--batch-size", "1", "--mode", "strict", "--seed", "5", "--out", str(out), *extra]  # fmt: skip
+
+
+def _report(out):
+    metrics = json.loads((out / "metrics.json").read_text())
+    return metrics["metrics"], (out / "samples.jsonl").read_text()
+
+
+def test_a_stopped_evaluation_continues_where_it_stopped(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """A stop mid-evaluation threw the sampled chunks away (hours at k = 32, 2048 tokens; a review's): they are
+    kept in --out/partial.jsonl, and the same command replays them and the generator's state, so the report equals
+    an uninterrupted run's, draw for draw. A kill's cut line is dropped; other settings are refused in one line."""
+    from rpgrl import journal
+    from rpgrl.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}?", "answer": str(2 * i)}) + "\n" for i in range(4)))
+    assert main(_eval_argv(tiny_model_dir, data, tmp_path / "whole")) == 0
+    whole = _report(tmp_path / "whole")
+    record, calls = journal.Journal.record, []
+
+    def stop_after_two(self, *args):
+        record(self, *args)
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+
+    monkeypatch.setattr(journal.Journal, "record", stop_after_two)
+    out = tmp_path / "out"
+    assert main(_eval_argv(tiny_model_dir, data, out)) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "stopped by SIGTERM; 2 sampled chunks kept in" in err.splitlines()[-1], err
+    assert len((out / "partial.jsonl").read_text().splitlines()) == 3 and not (out / "metrics.json").exists()
+    with open(out / "partial.jsonl", "a") as f:  # a kill while the third chunk was appended
+        f.write('{"digest": "abc", "texts": ["cut')
+    calls.clear()
+    assert main(_eval_argv(tiny_model_dir, data, out, "--k", "4")) == 2  # another k: other draws
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds an unfinished evaluation with other settings (k 3 there, 4 here)" in err
+    monkeypatch.undo()
+    assert main(_eval_argv(tiny_model_dir, data, out)) == 0
+    assert "continuing the evaluation in" in capsys.readouterr().err
+    assert _report(out) == whole and not (out / "partial.jsonl").exists()
+
+
+def test_a_full_disk_while_evaluating_is_one_line_and_keeps_the_samples(tiny_model_dir, tmp_path, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """ENOSPC while the report was written: a traceback, exit 1, and the --out folder with every sample gone (a
+    review's). One line naming the folder and what it keeps; the same command then writes the report."""
+    import errno
+
+    import rpgrl.evaluation as ev
+    from rpgrl.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}*3?", "answer": str(3 * i)}) + "\n" for i in range(2)))
+
+    def full(out, *args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out / "samples.jsonl"))
+
+    monkeypatch.setattr(ev, "write_report", full)
+    out = tmp_path / "out"
+    assert main(_eval_argv(tiny_model_dir, data, out)) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"rpgrl eval: error: cannot write in {out}: No space left on device") and (
+        "2 sampled chunks kept in" in last
+    ), last
+    monkeypatch.undo()
+    assert main(_eval_argv(tiny_model_dir, data, out)) == 0 and (out / "metrics.json").is_file()
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "metrics.json", "passk_majk.png", "samples.jsonl"]
+
+
+def test_a_prompt_the_tokenizer_cannot_spell_leaves_no_lock_in_an_existing_folder(tmp_path, capsys):
+    """The prompts were checked under --out's lock, which stays in a folder holding other files (a review's)."""
+    from rpgrl.cli import main
+    from rpgrl.models import build_char_tokenizer, build_tiny_model
+    from rpgrl.rewards.synthetic import CHARS
+
+    tok = build_char_tokenizer(CHARS)
+    build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "What is 1+1?", "answer": "2"}) + "\n")
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("hi")
+    assert main(_eval_argv(tmp_path / "model", data, keep)) == 2
+    assert "cannot encode the prompt" in capsys.readouterr().err
+    assert [p.name for p in keep.iterdir()] == ["notes.txt"]

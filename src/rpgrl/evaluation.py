@@ -23,7 +23,8 @@ Metrics per benchmark, each averaged over problems:
   winning answer is correct; with no votes at all it counts as unsolved.
 
 `rpgrl eval --out DIR` writes metrics.json, samples.jsonl (with each sample's vote) and passk_majk.png (pass@j
-and maj@j against j, one panel per benchmark).
+and maj@j against j, one panel per benchmark); while it samples, DIR/partial.jsonl keeps each finished chunk, so the
+same command continues a stopped evaluation (`rpgrl.journal`).
 
 Left out: per-sample overlong penalties, data-parallel generation.
 """
@@ -31,6 +32,7 @@ Left out: per-sample overlong penalties, data-parallel generation.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import sys
@@ -50,6 +52,8 @@ from rpgrl.errors import (
     interrupt_signal,
     seed_arg,
 )
+from rpgrl.journal import NAME as JOURNAL
+from rpgrl.journal import Journal, digest, files_fingerprint, kept
 from rpgrl.rewards.math import (
     INVALID,
     MODES,
@@ -257,8 +261,11 @@ def model_sampler(
     seed: int = 0,
     max_prompt_length: int | None = None,
     progress: bool = False,
+    journal: Journal | None = None,
 ) -> Sampler:
-    """A `Sampler` drawing from `model` with `rpgrl.rollout.sample`: each problem encoded once, n samples of it."""
+    """A `Sampler` drawing from `model` with `rpgrl.rollout.sample`: each problem encoded once, n samples of it.
+    `journal`: chunks sampled before are replayed from it (with the generator's state after them), new ones
+    recorded in it (`rpgrl.journal`)."""
     import torch
 
     from rpgrl.rollout import sample
@@ -278,16 +285,25 @@ def model_sampler(
         try:
             for s in range(0, len(prompts), step):
                 chunk = prompts[s : s + step]
-                texts += sample(
-                    model,
-                    tokenizer,
-                    chunk,
-                    n=n,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    generator=generator,
-                ).texts
+                key = digest(chunk, n)
+                done = journal.replay(key) if journal is not None else None
+                if done is not None:
+                    texts += done[0]
+                    generator.set_state(torch.frombuffer(bytearray(done[1]), dtype=torch.uint8))
+                else:
+                    drawn = sample(
+                        model,
+                        tokenizer,
+                        chunk,
+                        n=n,
+                        max_new_tokens=max_new_tokens,
+                        temperature=temperature,
+                        top_p=top_p,
+                        generator=generator,
+                    ).texts
+                    if journal is not None:
+                        journal.record(key, drawn, generator.get_state().numpy().tobytes())
+                    texts += drawn
                 if bar is not None:
                     bar.update(len(chunk))
         finally:  # also on a stop, so what is printed next starts on a line of its own
@@ -511,7 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _main(argv)
     except KeyboardInterrupt as e:
         sig = interrupt_signal(e)
-        print(f"rpgrl eval: stopped by {sig.name} before the report was written", file=sys.stderr)
+        keeps = getattr(e, "kept", None)  # set by _main: the chunks an --out folder keeps
+        print(f"rpgrl eval: stopped by {sig.name}{f'; {keeps}' if keeps else ' before the report was written'}",
+              file=sys.stderr)  # fmt: skip
         return 128 + sig
 
 
@@ -538,9 +556,21 @@ def _main(argv: Sequence[str] | None) -> int:
     from rpgrl.trainer.rundir import RunLock
 
     _check_unused(out)
+    prompts = _encode_prompts(args, benches)  # before the lock: a refused evaluation leaves nothing in --out
     with RunLock(out):  # one process per folder: a second eval into it stops here, not by overwriting the report
         _check_unused(out)  # again, now that no other process can write there
-        return _evaluate_and_report(args, benches, out)
+        try:
+            return _evaluate_and_report(args, benches, out, prompts)
+        except KeyboardInterrupt as e:
+            e.kept = kept(out)
+            raise
+        except OSError as e:  # the folder's disk full or gone: what was sampled stays in the journal
+            full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+            if not (full or (e.filename is not None and out.resolve() in Path(e.filename).resolve().parents)):
+                raise
+            where = f" ({e.filename})" if e.filename else ""
+            raise UsageError(f"cannot write in {out}: {e.strerror}{where}; "
+                             f"{kept(out) or 'nothing sampled was kept'}") from None  # fmt: skip
 
 
 def _check_unused(out: Path) -> None:
@@ -553,20 +583,52 @@ def _check_unused(out: Path) -> None:
             raise UsageError(f"--out {out} lies inside the training run {run}, whose {managed}/ a --resume rewrites "
                              "or prunes: pass a folder outside it (e.g. the run's own eval/)")  # fmt: skip
     taken = [n for n in (*REPORT_FILES, "metrics.jsonl") if (out / n).exists()]
+    if taken and not (out / "metrics.json").exists() and (out / JOURNAL).exists():
+        return  # an evaluation stopped while sampling or writing its report: the same command continues it
     if taken:  # an earlier evaluation's report, or a training run's directory (its metrics.jsonl)
         raise UsageError(f"--out {out} already holds {', '.join(taken)} (an earlier evaluation or a training run): "
                          "pass a new folder")  # fmt: skip
 
 
-def _evaluate_and_report(args: argparse.Namespace, benches: list[Benchmark], out: Path | None) -> int:
-    from rpgrl.models import config_vocab, load_model, load_tokenizer
-    from rpgrl.rollout import check_kv_cache
+def _encode_prompts(args: argparse.Namespace, benches: list[Benchmark]) -> list[list[int]]:
+    """Every benchmark prompt encoded with the model's tokenizer: each must encode, and fit the model, before the
+    weights load."""
+    from rpgrl.models import config_vocab, load_tokenizer
 
-    tokenizer = load_tokenizer(args.model)  # every prompt must encode, and fit the model, before the weights load
+    tokenizer = load_tokenizer(args.model)
     prompts = [encode_messages(tokenizer, problem.prompt) for bench in benches for problem in bench.problems]
     vocab = config_vocab(args.model)
     if vocab is not None:
         check_token_ids(prompts, vocab, "benchmark prompt")
+    return prompts
+
+
+def draw_settings(args: argparse.Namespace) -> dict:
+    """What an evaluation's samples depend on (the scoring mode is not among them): a journal's key."""
+    return {
+        "model": str(Path(args.model).resolve()),
+        "model_files": files_fingerprint(args.model),
+        "data": [str(Path(d).resolve()) for d in args.data],
+        **{
+            k: getattr(args, k)
+            for k in ("k", "max_new_tokens", "seed", "batch_size", "limit_problems", "max_prompt_length")
+        },  # fmt: skip
+        "temperature": 1.0,
+        "top_p": 1.0,
+    }
+
+
+def _evaluate_and_report(
+    args: argparse.Namespace, benches: list[Benchmark], out: Path | None, prompts: list[list[int]] | None = None
+) -> int:
+    from rpgrl.models import load_model
+    from rpgrl.rollout import check_kv_cache
+
+    prompts = _encode_prompts(args, benches) if prompts is None else prompts
+    log = Journal(out / JOURNAL, draw_settings(args)) if out is not None else None
+    if log is not None and log.chunks:
+        print(f"rpgrl eval: continuing the evaluation in {out}: {len(log.chunks)} chunks sampled before are reused",
+              file=sys.stderr)  # fmt: skip
     model, tokenizer = load_model(args.model)
     longest = min(max(map(len, prompts)), args.max_prompt_length)  # prompts are left-truncated to it
     check_kv_cache(model, min(args.batch_size, max(len(b.problems) for b in benches)) * args.k,
@@ -579,11 +641,13 @@ def _evaluate_and_report(args: argparse.Namespace, benches: list[Benchmark], out
         seed=args.seed,
         max_prompt_length=args.max_prompt_length,
         progress=True,
+        journal=log,
     )
     results = run_benchmarks(benches, sampler, k=args.k, mode=args.mode)
     print(format_table(results))
     if out is not None:
         write_report(out, args, results)
+        log.remove()  # the report is whole: nothing left to continue
     return 0
 
 
