@@ -8,6 +8,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import time
 from fractions import Fraction
@@ -811,6 +812,19 @@ def test_a_stopped_evaluation_continues_where_it_stopped(tiny_model_dir, tmp_pat
     assert main(_eval_argv(tiny_model_dir, data, out, "--k", "4")) == 2  # another k: other draws
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds an unfinished evaluation with other settings (k 3 there, 4 here)" in err
+    model = tmp_path / "model"  # the same weights, rewritten (a training run's re-export): refused, named
+    shutil.copytree(tiny_model_dir, model)
+    from rpgrl.journal import files_fingerprint
+
+    settings = json.loads((out / "partial.jsonl").read_text().splitlines()[0])
+    settings["settings"] |= {"model": str(model.resolve()), "model_files": files_fingerprint(model)}
+    lines = (out / "partial.jsonl").read_text().splitlines(keepends=True)
+    (out / "partial.jsonl").write_text(json.dumps(settings) + "\n" + "".join(lines[1:]))
+    (model / "config.json").write_text((model / "config.json").read_text() + " ")
+    assert main(_eval_argv(model, data, out)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(the model folder's files were rewritten since)" in err, err
+    (out / "partial.jsonl").write_text("".join(lines))
     monkeypatch.undo()
     assert main(_eval_argv(tiny_model_dir, data, out)) == 0
     assert "continuing the evaluation in" in capsys.readouterr().err

@@ -64,7 +64,8 @@ class Journal:
         theirs = good[0]["settings"]
         if theirs != self.settings:
             keys = sorted(set(theirs) | set(self.settings), key=str)
-            diff = [f"{k} {theirs.get(k)!r} there, {self.settings.get(k)!r} here" for k in keys
+            diff = [f"{k} {theirs.get(k)!r} there, {self.settings.get(k)!r} here" if k != "model_files" else
+                    "the model folder's files were rewritten since" for k in keys
                     if theirs.get(k) != self.settings.get(k)]  # fmt: skip
             raise UsageError(f"--out {self.path.parent} holds an unfinished evaluation with other settings "
                              f"({'; '.join(diff)}): run its command to continue it, or pass a new folder")  # fmt: skip
