@@ -253,7 +253,10 @@ EQUIV_TABLE = [
     ("so the result is $\\boxed{25}$.", "25", True),  # a bare \boxed{} counts when there is no Answer: line
     ("Answer: The answer is $\\boxed{25}$.", "25", True),  # a box inside the answer line is what is judged
     ("Answer: 540\n" + "x" * 300, "540", True),  # no 300-character window (strict says no)
-    ("The answer is 5", "5", False),  # neither an Answer: line nor a box
+    ("The answer is 5", "5", True),  # neither an Answer: line nor a box: the sentence's answer (a review's)
+    ("Therefore, the final answer is $\\frac{1}{2}$. This completes the proof.", "\\frac{1}{2}", True),
+    ("The answer is probably 5 or 6.", "5", False),  # not answer-shaped: no answer
+    ("The answer is 12, not 5.", "5", False),
     # empty output
     ("", "5", False),  # nothing at all
     ("Answer: ", "5", False),  # empty answer line
@@ -371,10 +374,12 @@ EQUIV_TABLE = [
     ("<think>\nMaybe the answer: 541? Let me recheck.\n</think>\nThe answer is $\\boxed{540}$.", "541", False),
     ("Thus the answer: 42", "42", True),  # ... and read when nothing follows
     ("\\boxed{41}, so the answer: 42", "42", True),
-    # an answer label starting a line stays the final answer, before or after any box (a review: a later box had
-    # made a hedge right for both of its values, and an intermediate box win over the label)
-    ("Answer: 4\nWait, that is off by one: $\\boxed{5}$", "5", False),
-    ("Answer: 12\n\nExplanation: we set $\\boxed{a = 3}$ first." + " More." * 60, "12", True),
+    # the last answer counts, label or box: a later box corrects an answer line (a review's: a withdrawn answer
+    # was rewarded, the correction not), even where it only boxes a step
+    ("Answer: 4\nWait, that is off by one: $\\boxed{5}$", "5", True),
+    ("Answer: 4\nWait, that is off by one: $\\boxed{5}$", "4", False),
+    ("Answer: 12\n\nWait, I need to include zero.\n\n**Final Answer**\n\\boxed{13}", "12", False),  # strict reads 12
+    ("Answer: 12\n\nExplanation: we set $\\boxed{a = 3}$ first." + " More." * 60, "12", False),
     ("Answer: 540\nWe double-check our answer: it works.", "540", True),
     ("so x = \\boxed{4}.\nAnswer: 5", "4", False),
     ("**Final Answer:** 42", "42", True),
@@ -397,13 +402,23 @@ EQUIV_TABLE = [
     ("Answer: 541\n\nHmm, wait. I overcounted by one, so the corrected answer: 540 (after removing it).", "541", False),
     ("Answer: 34\n\nWait, the diagonal was double counted. So the right answer: \\boxed{33}.", "33", True),
     ("Answer: 34\n\nWait, the diagonal was double counted. So the right answer: \\boxed{33}.", "34", False),
-    # ... but one value, not two: a box after a sentence's different value does not replace it
-    ("My initial answer: 540\nWait, that double counts. Corrected: \\boxed{539}", "539", False),
-    # a line label's answer is not replaced by a later box that its remark mentions; an in-sentence one's is
-    ("Final Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", False),
-    ("2) Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", False),
-    ("- Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", False),
+    ("My initial answer: 540\nWait, that double counts. Corrected: \\boxed{539}", "539", True),
+    ("My initial answer: 540\nWait, that double counts. Corrected: \\boxed{539}", "540", False),
+    ("Final Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "4", False),
+    ("2) Answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", True),
     ("so our answer: 4 (since x = 5)\nCheck: \\boxed{5}", "5", True),
+    # boxes parted only by a separator are one answer: two values, or a hedge (only the last box was read)
+    ("Solving, we get $\\boxed{2}$ and $\\boxed{3}$.", "2, 3", True),
+    ("The answer is \\boxed{4} or \\boxed{5}", "5", False),
+    ("$\\boxed{540}$, $\\boxed{541}$", "541", False),
+    ("First $\\boxed{7}$ from the table; then the count is $\\boxed{9}$.", "9", True),  # prose between: the last
+    # a box in a box is its contents; a sentence after an answer is read past; a label written in a box
+    ("\\boxed{\\boxed{540}}", "540", True),
+    ("Final Answer: The final answer is 540. I hope it is correct.", "540", True),
+    ("Final Answer: The final answer is 540. I hope it is correct.", "54", False),
+    ("\\boxed{\\text{The final answer is } 540}", "540", True),
+    ("<think>\nMaybe \\boxed{12}? No, 13.\n</think>\n\nThe final answer is 13.", "12", False),
+    ("<think>\nMaybe \\boxed{12}? No, 13.\n</think>\n\nThe final answer is 13.", "13", True),
     ("So the answer: \\boxed{4} or \\boxed{5}", "5", False),  # the boxes are the label's own answer: a hedge
     ("\\boxed{4}. On reflection the answer: 5", "4", False),
     ("Answer: 540 is the value of m = n", "540", False),
@@ -548,7 +563,8 @@ def test_without_remarks_and_hedges():
 
 def test_extract_and_clean():
     assert extract_final_answer("no answer") is None
-    assert extract_final_answer("\\boxed{1} \\boxed{\\frac{2}{3}}") == "\\frac{2}{3}"  # nested braces, last box
+    assert extract_final_answer("\\boxed{1} so \\boxed{\\frac{2}{3}}") == "\\frac{2}{3}"  # nested braces, last box
+    assert extract_final_answer("\\boxed{1} \\boxed{\\frac{2}{3}}") == "\\boxed{1} \\boxed{\\frac{2}{3}}"  # a run
     assert extract_final_answer("\\boxed{1} \\boxed{2") == "1"  # an unclosed box is skipped
     assert clean_answer("$\\boxed{1\\,000}$.") == "1000"
     assert clean_answer("\\boxed{4} or \\boxed{5}") == "4, 5"
@@ -616,10 +632,33 @@ def test_strict_is_linear_in_the_ground_truth(name):
 
 def test_a_huge_box_after_a_sentence_label_costs_nothing():
     """Whether a sentence's answer mentions a later box's value was a regular expression compiled from the box:
-    1 MB of box took seconds (and filled re's cache)."""
+    1 MB of box took seconds (and filled re's cache). The later box is the answer now; still no time."""
     t0 = time.process_time()
-    assert math_score("so the answer: 5\n\\boxed{" + "1" * 1_000_000 + "}", "5")  # the box does not mention 5
+    assert not math_score("so the answer: 5\n\\boxed{" + "1" * 1_000_000 + "}", "5")
     assert time.process_time() - t0 < 0.5
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "Answer" + " " * 40_000 + "x",  # `Answer\s*(?:\*\*|__)?\s*:` backtracked quadratically: 10 s
+        "Let me think about the answer" + "\n" * 200_000,
+        "\\boxed{" * 150_000 + "5" + "}" * 150_000,  # each nested box's contents copied: 1.5 GB at 20,000
+        "so \\boxed{1}, " * 20_000 + "\\boxed{2}",  # a run of 20,000 boxes
+    ],
+)
+def test_long_whitespace_after_a_label_and_deeply_nested_boxes_take_linear_time(response):
+    """A review's: each took seconds to hours in equiv mode, in the calling process where no timer stops it."""
+    import tracemalloc
+
+    t0 = time.process_time()
+    assert not math_score(response, "540")
+    assert time.process_time() - t0 < 1.0
+    tracemalloc.start()
+    math_score(response, "540")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50 * len(response), peak
 
 
 def test_many_answer_labels_on_one_line_take_linear_time():

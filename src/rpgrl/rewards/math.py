@@ -160,7 +160,7 @@ MAX_FACTORIAL = 100_000  # n! with a larger literal n is judged wrong
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 MAX_BELOW_LINES = 8  # an `Answer:` label with no answer on its line: read at most this many lines below it
 # an `Answer:` label as models write it: also `**Answer**:` and `__Answer__:` (markdown closing before the colon)
-_LABEL = re.compile(r"Answer\s*(?:\*\*|__)?\s*:", re.IGNORECASE)
+_LABEL = re.compile(r"Answer\s*(?:(?:\*\*|__)\s*)?:", re.IGNORECASE)  # no two \s* side by side: linear
 _MODULUS = re.compile(r"\\pmod\s*\{[^{}]*\}|\(\s*(?:\\?mod|\\bmod)\s*[^()]*\)")
 _DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
 # between digit groups: 1,000  1{,}000  1\text{,}000  1\,000  1\!000  1\ 000  1~000
@@ -169,26 +169,29 @@ _THOUSANDS = re.compile(rf"(?<=\d){_SEPARATOR}(?=\d{{3}}(?!\d))")
 # a number written with thousands separators, alone or assigned (x = 1,000): elsewhere a comma separates elements
 _GROUPED_NUMBER = re.compile(rf"(?:[A-Za-z]\w*\s*=\s*)?-?\d{{1,3}}(?:{_SEPARATOR}\d{{3}})+(?:\.\d+)?")
 _MARKDOWN = re.compile(r"\*\*|__|`")
-_TEXT_LABEL = re.compile(r"^\s*\\(?:text|textbf|mathrm)\s*\{[^{}]*answer\s*:?\s*\}\s*:?\s*", re.IGNORECASE)
+_TEXT_LABEL = re.compile(r"^\s*\\(?:text|textbf|mathrm)\s*\{[^{}]*answer(?:\s*:|\s+is)?\s*\}\s*:?\s*", re.IGNORECASE)
 _INTEGER = re.compile(r"-?\d{1,300}")
 
 
 def _boxes(text: str) -> list[tuple[int, str]]:
-    """(position of its opening brace, contents) of every complete `\\boxed{...}` / `\\fbox{...}` in `text`
-    (braces balanced), in the order they open. One pass over the braces (linear: a response full of unclosed boxes
-    must not cost quadratic time)."""
+    """(position of its opening brace, contents) of every complete `\\boxed{...}` / `\\fbox{...}` in `text` that
+    lies in no other box (braces balanced), left to right; a box inside a box is part of its contents. One pass
+    over the braces, and the contents copied once (linear: a response full of unclosed or nested boxes must not
+    cost quadratic time or memory)."""
     box_opens = {m.end() - 1 for m in _BOXED.finditer(text)}  # positions of the "{" that open a box
     if not box_opens:
         return []
-    stack, found = [], []
+    stack, spans = [], []
     for m in re.finditer(r"[{}]", text):
         if m.group() == "{":
             stack.append(m.start())
         elif stack:
             j = stack.pop()
             if j in box_opens:
-                found.append((j, text[j + 1 : m.start()]))
-    return sorted(found)
+                while spans and spans[-1][0] > j:  # boxes closed inside this one
+                    spans.pop()
+                spans.append((j, m.start()))
+    return [(j, text[j + 1 : end]) for j, end in spans]
 
 
 def _boxed_contents(text: str) -> list[str]:
@@ -198,19 +201,20 @@ def _boxed_contents(text: str) -> list[str]:
 
 def extract_final_answer(response: str) -> str | None:
     """The one answer equiv mode judges, from `judged_text(response)` (the text after the last `</think>` when an
-    answer with a value can be read there; the reasoning before it is not the answer):
+    answer with a value can be read there; the reasoning before it is not the answer). The last answer counts:
     - the last `Answer: ...` label that starts a line (the format the prompt asks for, spec 7.5: `Answer:`,
       `**Final Answer:**`, `### Answer:`) or sits inside a sentence with an answer-shaped value after it ("so the
-      corrected answer: 540"), whichever comes last; an in-sentence label followed by prose ("to find the answer:
-      we first ...") or by a check ("the answer: 540 / 4 = 135") is no answer, nor is a label inside a box. A later
-      `\\boxed{}` takes the place of an in-sentence label's answer when that answer mentions its value ("we verify
-      our answer: 540 works ... \\boxed{540}"), never of a line label's (a second value is not a correction:
-      `Answer: 4 ... maybe \\boxed{5}` is judged as 4, as the authors' rule reads it);
-    - else the last complete `\\boxed{...}`; else None (wrong).
+      corrected answer: 540"); an in-sentence label followed by prose ("to find the answer: we first ...") or by a
+      check ("the answer: 540 / 4 = 135") is no answer, nor is a label inside a box;
+    - unless a `\\boxed{}` follows that label's answer (a correction: `Answer: 12 ... wait ... \\boxed{13}` is
+      judged as 13), or there is no label: then the last box, with the boxes right before it that only a
+      separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge);
+    - with neither, the last "the (final) answer is ..." sentence with an answer-shaped value, up to its end;
+      else None (wrong).
     At most MAX_CANDIDATES labels with a value after them are looked at, from the last.
 
-    An earlier `\\boxed{4}` followed by `Answer: 5` is judged as 5; a hedge inside the final answer
-    ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and so never equals a single value.
+    A hedge inside the final answer ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and
+    so never equals a single value.
 
     >>> extract_final_answer("so x = \\\\boxed{4}.\\nAnswer: 5")
     '5'
@@ -251,10 +255,37 @@ def _final_answer_raw(response: str) -> str | None:
 
 def _answer_in(text: str) -> str | None:
     boxes = _boxes(text)
-    inside = _inside_boxes(boxes)
+    label = _last_label(text, _inside_boxes(boxes))
+    if label is not None and not (boxes and boxes[-1][0] >= label[1]):
+        return label[0]  # no box after the label's answer (a later box is a correction: the last answer counts)
+    if boxes:
+        return _box_run(text, boxes)
     labels = list(_LABEL.finditer(text))
+    if labels:  # a label with only prose after it: judged as it is (wrong, unless the prose is the answer)
+        return _label_content(text, labels[-1].end())[0]
+    said = list(_ANSWER_IS_SENTENCE.finditer(text[-4 * MAX_ANSWER_CHARS :]))
+    if said:  # no label, no box: the last "the (final) answer is 540." with an answer-shaped value
+        content = _label_content(text, len(text) - len(text[-4 * MAX_ANSWER_CHARS :]) + said[-1].end())[0]
+        content = _SENTENCE_END.split(content, maxsplit=1)[0]
+        return content if _answer_shaped(content) else None
+    return None
+
+
+# no `Answer:` label and no box: the answer stated in a sentence ("Therefore, the final answer is $540$.")
+_ANSWER_IS_SENTENCE = re.compile(r"\banswer\s+is\b:?[ \t]*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")  # a period before the next sentence (not 3.5, not \frac{1}{2}.)
+# what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`
+_BOX_GAP = re.compile(
+    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:,|;|and|or|\\text\s*\{\s*(?:and|or)\s*\})?(?:\s|\$|\\[(),;]|\\q?quad)*"
+)
+
+
+def _last_label(text: str, inside) -> tuple[str, int] | None:
+    """(content, end) of the last answer label that gives an answer: one that starts its line, or one inside a
+    sentence with an answer-shaped value after it; not a label inside a box (`inside`), nor an in-sentence one
+    followed by prose or a check. At most MAX_CANDIDATES labels with a value after them are looked at."""
     looked = 0
-    for m in reversed(labels):
+    for m in reversed(list(_LABEL.finditer(text))):
         if looked >= MAX_CANDIDATES:
             break
         if inside(m.start()):  # `\\boxed{\\text{Final Answer: } 540}`: the box is the answer
@@ -266,25 +297,37 @@ def _answer_in(text: str) -> str | None:
             continue  # an in-sentence label followed by prose ("to find the answer: we first ...")
         looked += 1
         content, end = _label_content(text, m.end())
-        if line:
-            return content
-        if _answer_shaped(content):
-            later = [c for j, c in boxes if j >= end]
-            return later[-1] if later and _mentions(content, later[-1]) else content
-    if boxes:
+        if line or _answer_shaped(content):
+            return content, end
+    return None
+
+
+def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
+    """The last box, with the boxes right before it that only a separator parts from it (`$\\boxed{2}$ and
+    $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`), as raw text."""
+    first = len(boxes) - 1
+    while first > 0:
+        j, c = boxes[first - 1]
+        command = text.rfind("\\", 0, boxes[first][0])  # the backslash of the next box's \boxed
+        if command - (j + len(c) + 2) > 40 or not _BOX_GAP.fullmatch(text, j + len(c) + 2, command):
+            break
+        first -= 1
+    if first == len(boxes) - 1:
         return boxes[-1][1]
-    return _label_content(text, labels[-1].end())[0] if labels else None
+    j, c = boxes[-1]
+    return text[text.rfind("\\", 0, boxes[first][0]) : j + len(c) + 2]
 
 
 def _strict_label_rejected(text: str) -> bool:
     """Whether the label the authors' rule reads in `text` (the last in its window) is one `_answer_in` rejects: in
-    a sentence with no answer-shaped value after it, or inside a box."""
+    a sentence with no answer-shaped value after it, inside a box, or followed by a box (the later answer)."""
     lo = max(0, len(text) - STRICT_WINDOW)
     labels = list(ANSWER_RE.finditer(text, lo))
     if not labels:
         return False
     m = labels[-1]
-    if _inside_boxes(_boxes(text))(m.start()):
+    boxes = _boxes(text)
+    if _inside_boxes(boxes)(m.start()) or (boxes and boxes[-1][0] > m.end()):  # in a box; or a box corrects it
         return True
     return not _starts_line(text, m.start()) and not _answer_shaped(m.group(1))
 
@@ -311,24 +354,6 @@ def _inside_boxes(boxes: list[tuple[int, str]]):
         return i >= 0 and reach[i] > pos
 
     return inside
-
-
-def _mentions(text: str, value: str) -> bool:
-    """Whether `value` (a box's contents), cleaned, appears in `text` as a token of its own (plain string search:
-    a box's contents are no pattern)."""
-    if len(value) > MAX_ANSWER_CHARS:
-        return False
-    v = clean_answer(value)
-    i = text.find(v) if v else -1
-    while i >= 0:
-        before = text[i - 1] if i else " "
-        after = text[i + len(v) : i + len(v) + 2]
-        if not (before.isalnum() or before in "._") and not (
-            after[:1].isalnum() or after[:1] == "_" or (after[:1] == "." and after[1:2].isdigit())
-        ):
-            return True
-        i = text.find(v, i + 1)
-    return False
 
 
 # what may precede an answer label on its line: spaces, markdown (list marks, headings, quotes, emphasis), "Final"
@@ -373,8 +398,12 @@ def clean_answer(answer: str) -> str:
     >>> clean_answer("**-3.5%**")
     '-3.5'
     """
-    boxed = _boxed_contents(answer)
-    s = ", ".join(boxed) if boxed else answer
+    s = answer
+    for _ in range(MAX_NESTING):  # \boxed{\boxed{5}}: the contents of the contents (deeper is judged wrong)
+        boxed = _boxed_contents(s)
+        if not boxed:
+            break
+        s = ", ".join(boxed)
     s = _TEXT_LABEL.sub("", s)  # \boxed{\text{Final Answer: } 540}: the label is no part of the answer
     if len(s) <= MAX_ANSWER_CHARS:  # (a longer answer is judged wrong; `rpgrl eval`'s vote still groups it)
         s = repeating_to_fraction(unicode_to_latex(s))
@@ -535,7 +564,8 @@ _REMARK = re.compile(
     r"|\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+|correct\s+|required\s+|desired\s+)?(?:(?:largest|smallest|"
     r"greatest|least|maximum|minimum)(?:\s+(?:possible|positive|real|integer|value|number|part|sum|one))*|(?:answer|"
     r"remainder|result|value|number|count|total|sum)(?:\s+of\s+(?:the\s+)?[A-Za-z]+(?:\s+[A-Za-z]+)?)?)"
-    rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\))$"
+    rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\)"
+    r"|\.\s+[A-Z][^\d$\\]*)$"  # a sentence after the answer: `540. I hope it is correct.`
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
 _REVERSED = re.compile(r"(-?\d+(?:\.\d+)?|-?\\frac\{\d+\}\{\d+\})\s*=\s*[A-Za-z][A-Za-z\s+\-]*")
