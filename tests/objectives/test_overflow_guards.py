@@ -704,3 +704,78 @@ def test_clipped_rows_multiply_beta_in_before_one_over_u_overflows(divergence, d
     assert out.loss.item() == pytest.approx(want_loss, rel=rel)
     assert lp.grad.item() == pytest.approx(want_grad, rel=rel)
     assert out.metrics["clip/frac_low"].item() == 1.0
+
+
+# ---------- a fourteenth probe's: beta = 0 with a far anchor, A = 0 under an overflowed w, beta first without anchor
+
+DIVS = ("fkl", "rkl", "ufkl", "urkl")
+
+
+@pytest.mark.parametrize("divergence", DIVS)
+@pytest.mark.parametrize("style", ["reinforce", "differentiable"])
+@pytest.mark.parametrize("shift", [-800.0, -100.0, 100.0, 800.0])
+def test_beta_zero_ignores_the_anchor_in_the_dual_clips_branch(divergence, style, shift):
+    """beta = 0: A' = A, the anchor plays no part. fkl's phi'(u) = -1/u is -inf once u underflows, and 0 x -inf put
+    a clipped positive-advantage token on the negative branch: it kept its gradient (a review's)."""
+    lp = torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-1.4, -1.0, -0.5]], dtype=torch.float64)  # w = 1.49 (clipped high), 0.37, 1
+    adv, mask = torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64)
+    kw = dict(divergence=divergence, style=style, beta=0.0, clip="dual")
+    ref = rpg_loss(lp, old, adv, mask, **kw)
+    (g_ref,) = torch.autograd.grad(ref.loss, lp)
+    out = rpg_loss(lp, old, adv, mask, anchor_logp=old + shift, **kw)
+    (g,) = torch.autograd.grad(out.loss, lp)
+    assert float(out.loss.detach()) == float(ref.loss.detach()) and torch.equal(g, g_ref)
+    assert float(g[0, 0]) == 0.0 and float(out.metrics["clip/frac_high"]) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("divergence", DIVS)
+@pytest.mark.parametrize("style", ["reinforce", "differentiable"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_a_zero_advantage_response_whose_ratio_overflows_adds_nothing(divergence, style, level):
+    """A = 0 (a group of equal rewards) times a ratio that overflowed float32 was NaN: LossOverflow, where the
+    response adds exactly 0 to the loss and its gradient. The loss equals the batch's with that response on-policy."""
+    lp = torch.tensor([[-1.0, -1.0], [-0.5, -0.5]], requires_grad=True)
+    far = torch.tensor([[-1.1, -0.9], [-50.5, -50.5]])  # sequence log w = 100 in row 2
+    near = torch.tensor([[-1.1, -0.9], [-0.5, -0.5]])
+    adv, mask = torch.tensor([0.5, 0.0]), torch.ones(2, 2)
+    kw = dict(divergence=divergence, style=style, beta=0.0, level=level, clip=None)
+    out, ref = rpg_loss(lp, far, adv, mask, **kw), rpg_loss(lp, near, adv, mask, **kw)
+    (g,) = torch.autograd.grad(out.loss, lp)
+    (g_ref,) = torch.autograd.grad(ref.loss, lp)
+    assert float(out.loss.detach()) == float(ref.loss.detach()) and torch.equal(g, g_ref) and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("divergence", DIVS)
+@pytest.mark.parametrize(
+    "style, clip, kl_in_clip",
+    [("reinforce", None, True), ("differentiable", None, True), ("differentiable", "dual", False)],
+)
+def test_without_an_anchor_beta_is_multiplied_in_before_the_kl_overflows(divergence, style, clip, kl_in_clip):
+    """log w = 86 in float32: beta u phi'(u) and beta phi(u) fit where u phi'(u) and phi(u) do not. With the
+    sampler passed as the anchor the loss was right; left out (the same anchor), it raised LossOverflow. Both now
+    give the float64 loss, and a finite gradient."""
+    lp = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    old = torch.tensor([[-86.5, -1.2]])
+    kw = dict(divergence=divergence, style=style, beta=1e-4, clip=clip, kl_in_clip=kl_in_clip)
+    if clip is None:
+        kw.pop("kl_in_clip")
+    adv, mask = torch.tensor([1.0]), torch.ones(1, 2)
+    f64 = rpg_loss(lp.detach().double(), old.double(), adv.double(), mask.double(), **kw).loss
+    for anchor in (old, None):
+        out = rpg_loss(lp, old, adv, mask, anchor_logp=anchor, **kw)
+        (g,) = torch.autograd.grad(out.loss, lp)
+        assert float(out.loss.detach()) == pytest.approx(float(f64), rel=1e-5) and torch.isfinite(g).all()
+
+
+def test_kl_metrics_of_units_of_opposite_infinite_sign_in_one_row_are_not_nan():
+    """rkl's per-token terms of +inf and -inf in one row (float64, an anchor 900 nats either way) summed to NaN
+    before the row was saturated: kl/rkl NaN under a finite loss (a review's)."""
+    lp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
+    old = torch.full((1, 2), -800.0, dtype=torch.float64)
+    anchor = old + torch.tensor([[-900.0, 820.0]], dtype=torch.float64)
+    for beta in (0.0, 1e-300):
+        out = rpg_loss(lp, old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2), divergence="rkl",
+                       style="reinforce", beta=beta, clip="truncate", anchor_logp=anchor)  # fmt: skip
+        if math.isfinite(float(out.loss)):
+            assert all(math.isfinite(float(v)) for v in out.metrics.values()), out.metrics

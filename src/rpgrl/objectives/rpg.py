@@ -93,9 +93,11 @@ def rpg_loss(
     `level="sequence"` (proved by `rpgrl verify`).
 
     level="token" (the authors' code, spec 1.4/2.4): a unit is a token; w_t = exp(logp_t - old_logp_t), the KL term
-        is the per-token phi(u_t), A_i is broadcast to the response's tokens. Exact for the KL part (forward KL
-        chain rule; reverse KL = prefix-averaged reverse KL under pi_s, spec 2.4); the reward term -w_t A is the PPO
-        first-order surrogate (exact gradient only at theta = theta_old).
+        is the per-token phi(u_t), A_i is broadcast to the response's tokens. The KL part is exact for the
+        per-prefix divergences averaged over prefixes drawn from the sampler, sum_h P_s(h) D(.|h) (spec 2.4): with
+        the sampler as anchor that is the sequence forward KL (chain rule), and the prefix-averaged reverse KL; with
+        another anchor it is no sequence-level KL (a review measured 7-10% off both). The reward term -w_t A is the
+        PPO first-order surrogate (exact gradient only at theta = theta_old).
     level="sequence" (the paper): a unit is a response; log w(x) = sum_t mask (logp - old_logp), all in log space
         (w log w = exp(log_w) log_w), and the REINFORCE coefficient multiplies every token's logp. Needs (B,)
         advantages.
@@ -242,13 +244,10 @@ def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
     if not (reward or kl):
         return True
     with torch.no_grad():
-        weight = torch.exp(r.log_w) * r.adv if reward else torch.zeros_like(r.log_w)
+        weight = torch.where(r.adv == 0, 0.0, torch.exp(r.log_w) * r.adv) if reward else torch.zeros_like(r.log_w)
         if kl:  # beta multiplied in first: beta rho u phi'(u) may fit where rho u phi'(u) does not
-            if r.log_rho is None:
-                c = dv.u_dphi(o.divergence, r.log_u).mul_(o.beta)
-            else:
-                c = dv.rho_u_dphi(o.divergence, r.log_u, r.log_rho, scale=o.beta)
-            weight = weight - c
+            log_rho = torch.zeros_like(r.log_u) if r.log_rho is None else r.log_rho
+            weight = weight - dv.rho_u_dphi(o.divergence, r.log_u, log_rho, scale=o.beta)
         return bool(torch.isfinite(weight).all())  # padding: log w = log u = 0 and A = 0 there, finite
 
 
@@ -293,17 +292,16 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None). Shapes: units."""
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
     clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
-    w = torch.exp(log_w) if clip is None else None
+    # A = 0 units: w taken as 1 there, so an overflowed w cannot make 0 x inf (NaN) in the loss or its backward
+    w = torch.exp(log_w.masked_fill(adv == 0, 0.0)) if clip is None else None
     clamped_kl, kl, alpha = None, None, beta  # the loss adds alpha x kl: the separate KL term
     if sep_kl and o.kl_value_clamp is not None:  # as released (spec 4.3 iv): the separate KL term clamped
         clamped_kl, clamped = _clamped_kl(divergence, log_u, log_rho, o.kl_value_clamp)
         kl = clamped_kl
         with torch.no_grad():
             metrics["clip/frac_kl_clamp"] = r.unit_mean(clamped)
-    elif sep_kl and log_rho is not None and beta > 0:  # beta first: beta rho phi(u) may fit where rho phi(u) does not
-        kl, alpha = dv.rho_phi(divergence, log_u, log_rho, scale=beta), 1.0
-    elif sep_kl and beta > 0:
-        kl = dv.phi(divergence, log_u, w)
+    elif sep_kl and beta > 0:  # beta first: beta rho phi(u) may fit where rho phi(u) does not (rho = 1: no anchor)
+        kl, alpha = dv.rho_phi(divergence, log_u, torch.zeros_like(log_u) if log_rho is None else log_rho, beta), 1.0
     add_kl = kl is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
@@ -382,9 +380,8 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     def kl_part(lu: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # C = -beta rho u phi'(u)
         if beta == 0:  # 0, also where rho or u leaves the dtype (-0 x inf was NaN)
             return torch.zeros_like(lu)
-        if log_rho is None:
-            return dv.u_dphi(divergence, lu, u).mul_(-beta)
-        return dv.rho_u_dphi(divergence, lu, log_rho, scale=beta).neg_()  # beta rho first; in log space beyond
+        # beta (rho) first, in log space where u phi'(u) alone would overflow (rho = 1 without an anchor)
+        return dv.rho_u_dphi(divergence, lu, torch.zeros_like(lu) if log_rho is None else log_rho, scale=beta).neg_()
 
     if clip == "truncate":
         log_wc = log_w.clamp(b.log_lo, b.log_hi)
@@ -398,12 +395,16 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     if clip is None:
         w = torch.exp(log_w)
         u = w if log_rho is None else torch.exp(log_u)
-        return (w * adv).add_(kl_part(log_u, u)).neg_(), None
+        reward = torch.where(adv == 0, 0.0, w * adv)  # A = 0: 0, also where w overflowed (0 x inf was NaN)
+        return reward.add_(kl_part(log_u, u)).neg_(), None
 
     # clip == "dual" (Alg. 2): branch on A' = A + C/w = A - beta phi'(u); rows 1/4 active, rows 2/3/5 constant.
     # w_b = clamp(w, lo_t, hi_t) is w in active rows and the bound in clipped ones; C is taken at w_b, which is the
     # paper's C(w) wherever the gradient is nonzero and keeps the (meaningless, spec 2.3) clipped-row value finite.
-    pos = (adv - beta * dv.dphi(divergence, log_u) >= 0) if branch == "effective" else (adv > 0)
+    if branch == "effective":  # beta = 0: A' = A, whatever phi'(u) (0 x -inf was NaN where u underflowed)
+        pos = adv >= 0 if beta == 0 else adv - beta * dv.dphi(divergence, log_u) >= 0
+    else:
+        pos = adv > 0
     active = torch.where(pos, log_w < b.log_hi, (log_w > b.log_lo) & (log_w < b.log_c))
     log_wb = log_w.clamp(_pick(pos, -math.inf, b.log_lo, log_w), _pick(pos, b.log_hi, b.log_c, log_w))
     w_b = torch.exp(log_wb)
@@ -426,9 +427,9 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
     f64, n_tok = torch.float64, mask_b.sum()
     if kl_unit is None:
         kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
-    kl_rows = kl_unit.detach().to(f64)
-    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
-    kl_rows = kl_rows.clamp(-METRIC_LIMIT, METRIC_LIMIT)  # saturated per row: rows of +inf and -inf averaged to NaN
+    kl_rows = kl_unit.detach().to(f64).clamp(-METRIC_LIMIT, METRIC_LIMIT)  # saturated per unit: +inf and -inf
+    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)  # summed or averaged were NaN
+    kl_rows = kl_rows.clamp(-METRIC_LIMIT, METRIC_LIMIT)
     kl_loss = beta * aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
