@@ -111,6 +111,23 @@ def test_ppo_option_types_are_named(bad):
         ppo_loss(_one(-1.0), _one(-1.0), torch.tensor([0.0]), torch.ones(1, 1), **bad)
 
 
+def test_ppo_takes_numpy_numbers_as_rpg_loss_does_and_a_bool_normalizer_is_refused():
+    """numpy's scalars were refused by ppo_loss ("must be a number") and taken by rpg_loss; `normalizer=True` was
+    taken as 1 where a bool tensor was refused (a review's)."""
+    np = pytest.importorskip("numpy")
+    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = torch.tensor([[-1.5, -1.0]])
+    plain = ppo_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), eps_low=0.2, eps_high=0.3, clip_c=3.0).loss
+    as_np = ppo_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), eps_low=np.float32(0.2),
+                     eps_high=np.float64(0.3), clip_c=np.int64(3)).loss  # fmt: skip
+    assert float(plain.detach()) == float(as_np.detach())
+    for fn in (lambda n: aggregate(torch.ones(1, 2), torch.ones(1, 2), normalizer=n),
+               lambda n: rpg_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), divergence="urkl", style="reinforce",
+                                  beta=0.0, normalizer=n)):  # fmt: skip
+        with pytest.raises(ValueError, match="normalizer must be a real count, got True"):
+            fn(True)
+
+
 # --------------------------------------------------------------------------------------------- KL helper functions
 
 
@@ -777,5 +794,5 @@ def test_kl_metrics_of_units_of_opposite_infinite_sign_in_one_row_are_not_nan():
     for beta in (0.0, 1e-300):
         out = rpg_loss(lp, old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2), divergence="rkl",
                        style="reinforce", beta=beta, clip="truncate", anchor_logp=anchor)  # fmt: skip
-        if math.isfinite(float(out.loss)):
+        if math.isfinite(float(out.loss.detach())):
             assert all(math.isfinite(float(v)) for v in out.metrics.values()), out.metrics

@@ -29,6 +29,7 @@ Not here: the RPG surrogates (`rpg.py`), advantages (`rpgrl.advantages`), DAPO's
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import torch
@@ -85,6 +86,8 @@ def ppo_loss(
     loss and KL metrics are computed in float64; every metric saturates at +-1e30 (`base.METRIC_LIMIT`), never inf.
     """
     _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
+    eps_low, eps_high, beta = float(eps_low), float(eps_high), float(beta)  # numpy's scalars as Python floats
+    clip_c, kl_clamp = (None if v is None else float(v) for v in (clip_c, kl_clamp))
     m = check_tensors(logp, old_logp, advantages, mask, {"ref_logp": ref_logp}, loss="ppo_loss")
     check_finite({"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "advantages": advantages}, m)
     logp = finite_gradient(logp, "ppo_loss")
@@ -294,10 +297,10 @@ def _check_options(
     ref_logp: torch.Tensor | None,
     kl_clamp: float | None,
 ) -> None:
-    numbers = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta, "clip_c": clip_c, "kl_clamp": kl_clamp}
-    for name, v in numbers.items():  # clip_c and kl_clamp may be None (off)
+    values = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta, "clip_c": clip_c, "kl_clamp": kl_clamp}
+    for name, v in values.items():  # clip_c and kl_clamp may be None (off)
         if (v is not None or name in ("eps_low", "eps_high", "beta")) and (
-            isinstance(v, bool) or not isinstance(v, (int, float))
+            isinstance(v, bool) or not isinstance(v, numbers.Real)  # numpy's scalars too, as RPGOptions takes them
         ):
             raise ValueError(f"{name} must be a number, got {v!r}")
     if not 0 <= eps_low <= 1:

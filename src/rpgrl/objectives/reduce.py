@@ -57,6 +57,8 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
         ok = bool((normalizer >= MIN_NORMALIZER) & torch.isfinite(normalizer))
     elif isinstance(normalizer, numbers.Integral) and not isinstance(normalizer, bool):
         ok = MIN_NORMALIZER <= normalizer < 2**63  # (an int past float's range overflowed math.isfinite)
+    elif isinstance(normalizer, bool):  # True would count as 1
+        raise ValueError(f"normalizer must be a real count, got {normalizer!r}")
     elif isinstance(normalizer, numbers.Real):  # float, numpy's floats
         ok = math.isfinite(normalizer) and normalizer >= MIN_NORMALIZER
     else:
