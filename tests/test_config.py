@@ -143,11 +143,18 @@ def test_derived_values_are_properties():
         ([("data.train", "t.jsonl"), ("data.num_train", "5")], "data.num_train applies to the synthetic task only"),
         ([("data.train", "t.jsonl"), ("data.num_val", "5")], "data.num_val applies to the synthetic task only"),
         # (a review's probe: accepted, recorded in config.json and ignored)
-        ([("loss.name", "grpo"), ("loss.divergence", "fkl")], "loss.divergence applies to loss.name rpg only"),
+        ([("loss.name", "ppo"), ("loss.divergence", "fkl")], "loss.divergence applies to loss.name rpg only"),
         ([("loss.name", "ppo"), ("loss.style", "differentiable")], "loss.style applies to loss.name rpg only"),
         ([("loss.name", "dapo"), ("loss.level", "sequence")], "loss.level applies to loss.name rpg only"),
-        ([("loss.name", "grpo"), ("loss.clip_branch", "raw")], "loss.clip_branch applies to loss.name rpg only"),
-        ([("loss.name", "grpo"), ("loss.clip", "truncate")], "loss.name grpo takes loss.clip dual or none"),
+        ([("loss.name", "ppo"), ("loss.clip_branch", "raw")], "loss.clip_branch applies to loss.name rpg only"),
+        (
+            [("loss.name", "grpo"), ("loss.kl", "k3"), ("loss.clip", "truncate")],
+            "loss.name grpo takes loss.clip dual or none",
+        ),
+        ([("loss.name", "grpo")], "loss.kl is none, but loss.name grpo is PPO plus a KL term"),
+        ([("loss.name", "dapo"), ("loss.kl", "k3")], "loss.kl applies to ppo, grpo and reinforce_pp; dapo has no KL"),
+        ([("loss.name", "ppo"), ("loss.beta", "0.1")], "only (loss.kl is none): drop loss.beta"),
+        ([("loss.name", "dapo"), ("loss.kl_clamp", "10")], "only (loss.name dapo has no KL term): drop loss.kl_clamp"),
         ([("loss.analogue", "paper")], "loss.analogue applies to loss.style differentiable"),
         ([("loss.kl_in_clip", "false")], "loss.kl_in_clip applies to loss.style differentiable"),
         # the dual clip's options without it (a review found verl accepting them; the gradient is the default's)
@@ -185,15 +192,13 @@ def test_check_rejects_unusable_values(overrides, needle):
     assert needle in str(e.value)
 
 
-def test_an_ignored_option_names_its_default_for_a_saved_run():
-    """A run saved before an option was refused holds it in config.json, where --resume cannot drop it: the message
-    names the default to pass instead (a review's probe: "drop train.old_logp" left nothing to drop)."""
-    with pytest.raises(UsageError) as e:
-        check(apply_overrides(Config(), [("train.mini_batch_prompts", "none"), ("train.old_logp", "forward")]))
-    assert "--train.old_logp auto" in str(e.value)
-    with pytest.raises(UsageError) as e:
-        check(apply_overrides(Config(), [("model.path", "m"), ("model.tie_embeddings", "true")]))
-    assert "--model.tie_embeddings false" in str(e.value)
+def test_an_ignored_option_a_saved_run_holds_is_not_refused_on_resume():
+    """A run saved before an option was refused holds it in config.json, where --resume cannot drop it: the saved
+    config is the check's base, so it passes there; set by the user, the one line says to drop it."""
+    saved = apply_overrides(Config(), [("train.mini_batch_prompts", "none"), ("train.old_logp", "forward")])
+    check(saved, base=saved)
+    with pytest.raises(UsageError, match=r"train.old_logp applies to off-policy .*: drop train.old_logp \(got"):
+        check(saved)
     check(apply_overrides(Config(), [("train.mini_batch_prompts", "none"), ("train.old_logp", "auto")]))
 
 
@@ -323,3 +328,25 @@ def test_a_presets_own_kl_and_generation_batch_are_not_refused_as_unused():
         check(cfg, base=preset)
         with pytest.raises(UsageError, match=key):
             check(cfg)
+
+
+def test_a_ppo_family_loss_without_loss_kl_trains_no_kl_term():
+    """`--loss.name reinforce_pp` with loss.kl none trained reinforce_pp's own default k1 at beta 1e-4 (the config
+    said no KL; a review's): loss_options says kl=None, and the loss equals the KL-free PPO loss."""
+    import torch
+
+    from rpgrl.objectives import get_loss, ppo_loss
+    from rpgrl.trainer.setup import loss_options
+
+    lp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    old, adv, mask = torch.tensor([[-1.3, -1.8, -0.9]]), torch.tensor([1.0]), torch.ones(1, 3)
+    for name in ("reinforce_pp", "ppo", "dapo"):
+        cfg = check(apply_overrides(Config(), [("loss.name", name), ("loss.advantage", "grpo")]))
+        opts = loss_options(cfg.loss)
+        assert opts.get("kl") is None
+        out = get_loss(name)(lp, old, adv, mask, **opts)
+        plain = ppo_loss(lp, old, adv, mask, eps_low=opts["eps_low"], eps_high=opts["eps_high"], clip_c=opts["clip_c"])
+        assert float(out.loss.detach()) == float(plain.loss.detach()) and "kl/penalty" not in out.metrics
+    with_kl = check(apply_overrides(Config(), [("loss.name", "reinforce_pp"), ("loss.kl", "k1"), ("loss.beta", "0.5")]))
+    out = get_loss("reinforce_pp")(lp, old, adv, mask, **loss_options(with_kl.loss))
+    assert float(out.metrics["loss/kl"]) == pytest.approx(0.5 * float(out.metrics["kl/penalty"]))

@@ -577,6 +577,10 @@ def _check_rollout_and_loss(cfg: Config) -> None:
     _need(lo.c > 1, "loss.c", f"must be > 1, got {lo.c}")
     _need(lo.kl_clamp is None or lo.kl_clamp > 0, "loss.kl_clamp", f"must be > 0 or none, got {lo.kl_clamp}")
     _need(lo.max_log_w is None or lo.name == "rpg", "loss.max_log_w", f"applies to loss.name rpg only, not {lo.name}")
+    _need(lo.kl is None or lo.name != "dapo", "loss.kl", f"applies to ppo, grpo and reinforce_pp; dapo has no KL term "
+          f"(DAPO drops it): drop loss.kl, or use loss.name ppo with it (got {lo.kl!r})")  # fmt: skip
+    _need(lo.kl is not None or lo.name != "grpo", "loss.kl", "is none, but loss.name grpo is PPO plus a KL term "
+          "to a reference: set --loss.kl k3 (GRPO as published, the grpo preset), or use loss.name ppo")  # fmt: skip
     if lo.name == "rpg":  # the cross-option rules (e.g. truncate needs reinforce), as rpg_loss applies them
         try:  # an unused KL clamp is refused as unused (below), unless a preset or saved run set it
             lo.rpg_options().used().check()
@@ -610,6 +614,10 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
         own = [k for k in ("divergence", "style", "level", "clip_branch", "analogue", "kl_in_clip")
                if getattr(lo, k) != getattr(LossConfig, k)]  # fmt: skip
         out = [(f"loss.{k}", getattr(lo, k), "loss.name rpg", f"loss.name is {lo.name}") for k in own]
+        if lo.kl is None:  # beta (but 0: "no KL") and the clamp act on a KL term: reinforce_pp trained its k1 here
+            why = "loss.name dapo has no KL term" if lo.name == "dapo" else "loss.kl is none"
+            out += [(f"loss.{k}", getattr(lo, k), "a KL term (loss.kl k1, k3 or k3_corrected)", why)
+                    for k in ("beta", "kl_clamp") if getattr(lo, k) not in (getattr(LossConfig, k), 0.0)]  # fmt: skip
         if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
             out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
         return out
@@ -663,8 +671,10 @@ def _check_unused(cfg: Config, base: Config | None = None) -> None:
         return base is None or getattr(getattr(base, sec), name) != getattr(getattr(cfg, sec), name)
 
     if lo.kl is not None and lo.name == "rpg" and mine("loss", "kl"):
-        raise UsageError(f"loss.kl applies to the PPO-family losses (ppo, grpo, dapo, reinforce_pp), not rpg, whose "
-                         f"KL term is loss.divergence x loss.beta: drop loss.kl (got {lo.kl!r})")  # fmt: skip
+        raise UsageError(
+            f"loss.kl applies to the PPO-family losses with a KL term (ppo, grpo, reinforce_pp), "
+            f"not rpg, whose KL term is loss.divergence x loss.beta: drop loss.kl (got {lo.kl!r})"
+        )
     if cfg.data.val is not None and cfg.synthetic and mine("data", "val"):
         raise UsageError(f"data.val applies to file datasets; the synthetic task generates its own held-out set "
                          f"(data.num_val): drop data.val (got {cfg.data.val!r})")  # fmt: skip
@@ -698,14 +708,9 @@ def _check_unused(cfg: Config, base: Config | None = None) -> None:
     if base is not None:  # set by the preset (`rpg-urkl`'s analogue with --loss.clip none), not by the user
         unused = [u for u in unused if getattr(getattr(base, u[0].split(".")[0]), u[0].split(".")[1]) != u[1]]
     if unused:
-        key, value, applies, why = unused[0]
+        key, value, applies, why = unused[0]  # (a saved run's own values are in `base`: never refused on --resume)
         more = f" (also unused: {', '.join(u[0] for u in unused[1:])})" if len(unused) > 1 else ""
-        section, name = key.split(".")
-        default = getattr(type(getattr(cfg, section)), name)
-        text = "none" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
-        # a run saved before the option was refused holds it in config.json: --resume then needs the default
-        raise UsageError(f"{key} applies to {applies} only ({why}): drop {key}, or set it to its default "
-                         f"(--{key} {text}) where a saved config.json holds it (got {value!r}){more}")  # fmt: skip
+        raise UsageError(f"{key} applies to {applies} only ({why}): drop {key} (got {value!r}){more}")
     if e.benchmarks and not any(p.strip() for p in e.benchmarks.split(",")):
         raise UsageError(f"eval.benchmarks names no file (got {e.benchmarks!r}): give comma-separated parquet or "
                          "JSONL paths, or none")  # fmt: skip

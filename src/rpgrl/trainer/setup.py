@@ -70,6 +70,8 @@ def loss_options(lc: LossConfig) -> dict[str, Any]:
     )
     if lc.kl is not None:
         opts.update(kl=lc.kl, beta=lc.beta, kl_clamp=lc.kl_clamp)
+    elif lc.name != "dapo":  # said, not left out: reinforce_pp's own default is k1 with beta 1e-4
+        opts.update(kl=None, beta=0.0)
     return opts
 
 
