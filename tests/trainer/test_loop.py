@@ -941,6 +941,15 @@ def test_the_collapse_guard_stops_after_patience_steps_without_a_correct_respons
     assert summary["steps"] == 3 and summary["stopped"].startswith("collapsed: no correct response for 3 steps")
     assert [r["step"] for r in read_metrics(tmp_path / "never" / "metrics.jsonl")] == [1, 2, 3]
     assert (tmp_path / "never" / "checkpoints" / "latest").read_text() == "step-000003"
+    # killed in the final evaluation (after the stop's checkpoint, before the summary): the resumed run stops at
+    # once, as the uninterrupted one did (it trained a fourth step: a review's)
+    first = (tmp_path / "never" / "metrics.jsonl").read_text()
+    (tmp_path / "never" / "summary.json").unlink()
+    loop.train(tiny(("data.reward", "test_never"), ("train.max_steps", "8"), ("train.collapse_patience", "3")),
+               tmp_path / "never", resume=True)  # fmt: skip
+    again = json.loads((tmp_path / "never" / "summary.json").read_text())
+    assert again["steps"] == 3 and again["stopped"] == summary["stopped"]
+    assert (tmp_path / "never" / "metrics.jsonl").read_text() == first
     loop.train(tiny(("train.max_steps", "4"), ("train.collapse_patience", "1")), tmp_path / "parity")
     rows = read_metrics(tmp_path / "parity" / "metrics.jsonl")
     assert all(r["reward/correct"] > 0 for r in rows) and len(rows) == 4  # correct responses: never stopped

@@ -268,8 +268,9 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
     metrics_file = MetricsFile(run.out / "metrics.jsonl")
     progress = Progress(cfg.train.max_steps, run.start_step, cfg.train.progress)
     rl_begin = last_save = time.perf_counter()
-    step, stopped = run.start_step, None
-    for step in range(run.start_step + 1, cfg.train.max_steps + 1):
+    step, stopped = run.start_step, _collapsed(cfg, state)  # a resumed run saved as it stopped: no further step
+    last = run.start_step if stopped else cfg.train.max_steps
+    for step in range(run.start_step + 1, last + 1):
         drawn = run.stream.state_dict(), rng_state(run.generator)  # where this step's draws start
         try:
             row = training_step(run, step)
@@ -288,8 +289,7 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
 
         # --- Collapse guard: stop when nothing has been correct for a while
         state.collapse_run = state.collapse_run + 1 if row[M.REWARD_CORRECT] == 0 else 0
-        if cfg.train.collapse_patience and state.collapse_run >= cfg.train.collapse_patience:
-            stopped = f"collapsed: no correct response for {state.collapse_run} steps (lower optim.lr?)"
+        stopped = _collapsed(cfg, state)
         # --- Checkpoint: every N steps, every M minutes, at the end, on SIGTERM/SIGINT
         crash_point("step-end")
         signalled = stop is not None and stop.received is not None
@@ -305,11 +305,19 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
             tracker.close()
             raise Interrupted(stop.received, step, run.out)
         if stopped:
-            print0(f"stopping at step {step}: {stopped}")
             break
+    if stopped:
+        print0(f"stopping at step {step}: {stopped}")
     progress.close()
     metrics_file.close()
     return step, stopped, time.perf_counter() - rl_begin
+
+
+def _collapsed(cfg: Config, state) -> str | None:
+    """Why the collapse guard stops the run (no correct sampled response for collapse_patience steps), or None."""
+    if cfg.train.collapse_patience and state.collapse_run >= cfg.train.collapse_patience:
+        return f"collapsed: no correct response for {state.collapse_run} steps (lower optim.lr?)"
+    return None
 
 
 class FillExhausted(RuntimeError):
