@@ -599,7 +599,7 @@ def _check_optim_and_rest(cfg: Config) -> None:
           f"at 0, a weight whose gradient stays 0 is updated by 0 / 0), got {o.eps}")  # fmt: skip
     _need(rf.kappa > 0, "ref.kappa", "must be > 0")
     _need(0 < rf.ema <= 1, "ref.ema", "must be in (0, 1]")
-    _need(s.lr >= 0, "sft.lr", "must be >= 0")
+    _need(s.lr > 0 or s.max_steps == 0, "sft.lr", f"must be > 0 (sft.max_steps 0 turns the warm start off), got {s.lr}")
     _need(0 <= s.target_accuracy <= 1, "sft.target_accuracy", "must be in [0, 1]")
     _need(e.max_problems is None or e.max_problems >= 1, "eval.max_problems", "must be >= 1")
     mb = t.mini_batch_prompts

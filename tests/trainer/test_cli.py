@@ -77,6 +77,10 @@ def _jsonl(path, rows):
             ],
             "one step's 20736000 rollouts of",
         ),  # fmt: skip
+        # a warm-start batch larger than the machine (a batch beyond the training set is the whole set: 324,000
+        # worked solutions at once were an out-of-memory kill; a review's), and a warm start that cannot move
+        (["--data.num_train", "324000", "--sft.batch_size", str(10**8)], "a warm-start step of 324000 sequences"),
+        (["--sft.lr", "0"], "sft.lr must be > 0 (sft.max_steps 0 turns the warm start off), got 0.0"),
         # a generation batch larger than the training set (the DAPO presets' 1536 with a smaller file: a review's)
         (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "is twice the 20000 training"),
         # numbers no float32 tensor holds, and more problems than the synthetic task has

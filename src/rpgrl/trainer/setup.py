@@ -405,6 +405,28 @@ def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
                          "rollout.prompts_per_step, rollout.gen_prompts or rollout.group_size")  # fmt: skip
 
 
+def activation_bytes(model, tokens: int) -> int:
+    """A generous estimate of what a forward and backward over `tokens` positions keeps: per layer about 12 hidden
+    and 4 intermediate activations per token, and 4 vocabulary-sized rows (logits, log-softmax, their gradients)."""
+    c = model.config.get_text_config()
+    per_token = c.num_hidden_layers * (12 * c.hidden_size + 4 * c.intermediate_size) + 4 * c.vocab_size
+    return tokens * per_token * next(model.parameters()).element_size()
+
+
+def _check_warm_start_memory(cfg: Config, model, n_problems: int, longest_prompt: int) -> None:
+    """One warm-start step (sft.batch_size worked solutions, at most the training set: a larger batch is the whole
+    set) must fit the device's memory: refused here, not killed out of memory in the warm start (a review's:
+    sft.batch_size 1e8 ran the 20,000 problems as one batch)."""
+    from rpgrl.rollout import device_memory
+
+    rows = min(cfg.sft.batch_size, n_problems)
+    need = activation_bytes(model, rows * (longest_prompt + cfg.rollout.max_new_tokens))
+    have = device_memory(next(model.parameters()).device)
+    if need > have:
+        raise UsageError(f"a warm-start step of {rows} sequences needs about {need / 2**30:.3g} GiB, more than the "
+                         f"{have / 2**30:.3g} GiB of this device: lower sft.batch_size")  # fmt: skip
+
+
 def _misfit(cfg: Config, out: Path, error: Exception) -> str:
     """Why a checkpoint's state does not load, named: the model.* fields that differ from the saved run's config,
     else the first specific line of torch's message (a size mismatch, a missing key), not its header."""
@@ -458,6 +480,8 @@ def open_run(cfg: Config, out: Path, resume: bool, base: Config | None = None) -
     longest = _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
     model, tokenizer = build_model(cfg)
     _check_generation_memory(cfg, model, longest)
+    if ckpt is None and cfg.sft.max_steps > 0:
+        _check_warm_start_memory(cfg, model, len(task.train_prompts), longest)
     params = [p for p in model.parameters() if p.requires_grad]
     run = Run(
         cfg, out, model, tokenizer, task, benchmarks, params, make_optimizer(cfg, params),
