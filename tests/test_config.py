@@ -280,7 +280,7 @@ def test_options_a_preset_or_saved_run_sets_are_not_refused_as_unused():
 
     preset = get_preset("rpg-urkl-released")
     flags = [("data.train", "t.jsonl"), ("data.reward", "math"), ("model.path", "m"), ("loss.clip", "none")]
-    with pytest.raises(UsageError, match=r"loss.clip_branch .*\(also unused: loss.kl_in_clip, loss.analogue\)"):
+    with pytest.raises(UsageError, match=r"loss.clip_branch .*\(also unused: loss.kl_in_clip\)"):
         check(apply_overrides(preset, flags))
     check(apply_overrides(preset, flags), base=preset)
     paper = get_preset("rpg-urkl")  # the paper's: branch 'effective'

@@ -154,3 +154,22 @@ def test_unused_lists_exactly_the_options_rpg_loss_ignores_and_used_resets_them(
     clamp.used().check()
     for separate in (dataclasses.replace(clamp, kl_in_clip=False), dataclasses.replace(clamp, clip=None)):
         assert "kl_value_clamp" not in separate.unused() and separate.used() == separate.check()
+
+
+def test_analogue_is_unused_with_the_kl_outside_the_clip():
+    """kl_in_clip false puts the KL in a separate term: the analogue changes nothing (bit-identical loss and
+    gradient, checked here), so a user who sets it is told (a review's)."""
+    lp = torch.tensor([[-1.0, -2.5, -0.2]], dtype=torch.float64, requires_grad=True)
+    old = lp.detach() - torch.tensor([[0.4, -0.6, 0.1]], dtype=torch.float64)
+    adv, mask = torch.tensor([-0.7], dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64)
+    outs = []
+    for analogue in ("exact", "paper"):
+        o = RPGOptions(divergence="rkl", style="differentiable", kl_in_clip=False, analogue=analogue, beta=0.3)
+        assert ("analogue" in o.unused()) == (analogue == "paper")
+        loss = rpg_loss(lp, old, adv, mask, **o.kwargs()).loss
+        outs.append((float(loss.detach()), torch.autograd.grad(loss, lp)[0]))
+    assert outs[0][0] == outs[1][0] and torch.equal(outs[0][1], outs[1][1])
+    assert "analogue" not in RPGOptions(style="differentiable", analogue="paper").unused()  # inside the clip: read
+    with pytest.raises(UsageError, match=r"loss.analogue applies to .*loss.kl_in_clip true .*loss.kl_in_clip false"):
+        check(apply_overrides(Config(), [("loss.style", "differentiable"), ("loss.kl_in_clip", "false"),
+                                         ("loss.analogue", "paper")]))  # fmt: skip

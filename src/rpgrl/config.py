@@ -623,8 +623,11 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
         return out
     clip = "none" if lo.clip is None else lo.clip  # as the command line writes it
     why = {"branch": ("loss.clip dual", f"loss.clip is {clip}"),
-           **{k: ("loss.style differentiable with loss.clip dual (its dual clip's advantage analogue)",
-                  f"loss.style is {lo.style}, loss.clip {clip}") for k in ("analogue", "kl_in_clip")},
+           "kl_in_clip": ("loss.style differentiable with loss.clip dual",
+                          f"loss.style is {lo.style}, loss.clip {clip}"),
+           "analogue": ("loss.style differentiable with loss.clip dual and loss.kl_in_clip true (the advantage "
+                        "analogue of the KL inside the clip)", f"loss.style is {lo.style}, loss.clip {clip}, "
+                        f"loss.kl_in_clip {str(lo.kl_in_clip).lower()}"),
            "kl_value_clamp": ("a separate KL term (loss.style differentiable with loss.clip none or loss.kl_in_clip "
                               "false)", f"loss.style is {lo.style}, loss.clip {clip}, loss.kl_in_clip "
                               f"{str(lo.kl_in_clip).lower()}")}  # fmt: skip

@@ -102,15 +102,16 @@ class RPGOptions:
 
     def unused(self) -> list[str]:
         """The options set away from their defaults that `rpg_loss` does not read with these settings: the dual
-        clip's branch without the dual clip, and the differentiable dual clip's `kl_in_clip` and `analogue` with the
-        REINFORCE style or without the dual clip (the loss is the same whatever they are), and `kl_value_clamp`
+        clip's branch without the dual clip, the differentiable dual clip's `kl_in_clip` and `analogue` with the
+        REINFORCE style or without the dual clip, `analogue` with `kl_in_clip` false (the loss is the same whatever
+        they are), and `kl_value_clamp`
         without a separate KL term (which `check` refuses). Configs refuse them: a user who sets one expects an
         effect."""
         dual_differentiable = self.clip == "dual" and self.style == "differentiable"
         idle = {
             "branch": self.clip != "dual",
             "kl_in_clip": not dual_differentiable,
-            "analogue": not dual_differentiable,
+            "analogue": not (dual_differentiable and self.kl_in_clip),  # kl_in_clip false: the KL is separate
             "kl_value_clamp": not self.separate_kl,
         }
         return [k for k, off in idle.items() if off and getattr(self, k) != getattr(RPGOptions, k)]
