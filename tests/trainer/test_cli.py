@@ -166,6 +166,8 @@ def test_help_lists_presets_and_every_key(capsys):
     assert rpgrl_main(["train", "--help"]) == 0
     text = capsys.readouterr().out
     assert "rpg-reinforce-urkl" in text and "--loss.beta float" in text and "--train.max_steps int" in text
+    assert rpgrl_main(["train", "nosuch", "--help"]) == 2  # printed the default's keys as nosuch's, exit 0
+    assert capsys.readouterr().err.startswith("rpgrl train: error: unknown preset 'nosuch'")
 
 
 def test_parse_args_forms():

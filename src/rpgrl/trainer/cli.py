@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rpgrl.config import Config, apply_overrides, check, config_from_dict, help_text
 from rpgrl.errors import Diverged, TermAsInterrupt, UsageError, interrupt_signal, one_line
-from rpgrl.presets import PRESETS, get_preset, preset_table
+from rpgrl.presets import get_preset, preset_table
 from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
 USAGE = "usage: rpgrl train [PRESET] [--out DIR] [--max-steps N] [--seed S] [--resume] [--section.field VALUE ...]"
@@ -147,7 +147,7 @@ def _prepare(argv: list[str]):
     printing --help. Reads only: a UsageError or a signal here leaves every file as it was."""
     args = parse_args(argv)
     if args.help:
-        base = get_preset(args.preset) if args.preset in PRESETS else Config()
+        base = get_preset(args.preset) if args.preset is not None else Config()  # an unknown name: one line, exit 2
         print(f"{USAGE}\n\npresets:\n{preset_table()}\n\noptions:\n"
               "  --out DIR          run directory (default: runs/PRESET-TIMESTAMP)\n"
               "  --max-steps N      total RL steps (= --train.max_steps)\n"
