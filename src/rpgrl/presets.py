@@ -129,8 +129,9 @@ def _build() -> dict[str, Preset]:
     for d in DIVERGENCES:
         cfg = _loss(_PAPER, divergence=d, style="differentiable", kl_in_clip=True, analogue="paper")
         p[f"rpg-{d}"] = Preset(cfg, f"RPG-{d.upper()} (paper): differentiable surrogate, RPG-Style Clip (Alg. 1)")
-        released = _loss(cfg, kl_in_clip=False, clip_branch="raw", kl_clamp=None if d == "fkl" else 10.0,
-                         analogue="exact")  # (no analogue: the KL is a separate term)
+        released = _loss(
+            cfg, kl_in_clip=False, clip_branch="raw", kl_clamp=None if d == "fkl" else 10.0, analogue="exact"
+        )  # (no analogue: the KL is a separate term)
         p[f"rpg-{d}-released"] = Preset(
             released, f"RPG-{d.upper()} as released: PPO dual clip on A + separate KL loss (spec 4.3 iv)"
         )

@@ -123,6 +123,18 @@ def test_bad_data_files(capsys, tmp_path):
                          "--rollout.gen_prompts", "6", "--out", str(out)])  # fmt: skip
     assert "rollout.gen_prompts 6 is twice the 3 training prompts or more" in err and "2 times" in err
     assert "set it below 6" in err and not out.exists()
+    # a generation batch no larger than the training batch is what gen_prompts none generates: not refused
+    from rpgrl.config import Config, apply_overrides
+    from rpgrl.trainer.setup import _check_generation_batch
+
+    def cfg(gen: str):
+        return apply_overrides(Config(), [("rollout.group_filter", "fill"), ("rollout.prompts_per_step", "400"),
+                                          ("rollout.gen_prompts", gen)])  # fmt: skip
+
+    _check_generation_batch(cfg("400"), 200)
+    _check_generation_batch(cfg("none"), 200)
+    with pytest.raises(UsageError, match="rollout.gen_prompts 401 is twice the 200 .* set it below 401"):
+        _check_generation_batch(cfg("401"), 200)
 
 
 @pytest.mark.parametrize(

@@ -376,12 +376,14 @@ def _check_generation_batch(cfg: Config, n_prompts: int) -> None:
     """DAPO's generation batch (`rollout.gen_prompts`, a preset's 3 x 512) of twice the training set or more would
     draw every prompt several times over in each batch (a review: a 70-row file sampled 22 times over at every
     step, 45 s per step for 16 trained responses): refused. `rollout.prompts_per_step` is the batch the user trains
-    on and stays theirs to choose (a small file repeats prompts within a step)."""
+    on and stays theirs to choose (a small file repeats prompts within a step), and so does a generation batch no
+    larger than it (what `gen_prompts` none generates)."""
     r = cfg.rollout
-    if r.group_filter == "fill" and r.gen_prompts is not None and r.gen_prompts >= 2 * n_prompts:
-        raise UsageError(f"rollout.gen_prompts {r.gen_prompts} is twice the {n_prompts} training prompts or more: "
-                         f"each generation batch would draw every prompt {r.gen_prompts / n_prompts:.3g} times on "
-                         f"average; set it below {2 * n_prompts}")  # fmt: skip
+    g = r.gen_prompts
+    if r.group_filter == "fill" and g is not None and g >= 2 * n_prompts and g > r.prompts_per_step:
+        raise UsageError(f"rollout.gen_prompts {g} is twice the {n_prompts} training prompts or more: each "
+                         f"generation batch would draw every prompt {g / n_prompts:.3g} times on average; set it "
+                         f"below {max(2 * n_prompts, r.prompts_per_step + 1)}")  # fmt: skip
 
 
 def _check_generation_memory(cfg: Config, model, longest_prompt: int) -> None:
