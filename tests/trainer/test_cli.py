@@ -169,7 +169,8 @@ def test_fresh_run_into_existing_run_refused(capsys, finished_run):
 
 
 def test_resume_needs_a_run(capsys, tmp_path):
-    err = _fail(capsys, ["--resume", "--out", str(tmp_path / "none")])
+    (tmp_path / "empty").mkdir()  # a run killed in its first seconds, before its config.json
+    err = _fail(capsys, ["--resume", "--out", str(tmp_path / "empty")])
     assert "no run to resume" in err and "run its command again without --resume" in err
     assert "--resume needs --out" in _fail(capsys, ["--resume"])
 
@@ -628,3 +629,28 @@ def test_the_preset_reaches_the_runs_own_config_check(tmp_path, monkeypatch):
     assert seen["base"] == get_preset("rpg-urkl-released")
     with pytest.raises(UsageError, match="also unused"):  # without it (the Python API), refused, all named at once
         real_check(cfg)
+
+
+def test_resume_names_a_mistyped_or_wrong_folder_and_a_bad_saved_config(capsys, tmp_path):
+    """A review's: --resume on a folder that does not exist advised starting a fresh run there; on a model folder it
+    said the run's checkpoints were removed; a saved config.json with an unknown key or a wrong type was reported as
+    if the user had typed the flag. A run of --max-steps 0 without a warm start wrote no checkpoint, and --resume
+    then said its checkpoints were removed: it writes the end's checkpoint, and resumes."""
+    err = _fail(capsys, ["--out", str(tmp_path / "typo"), "--resume"])
+    assert f"--resume: {tmp_path / 'typo'} does not exist: check --out" in err and not (tmp_path / "typo").exists()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    assert "holds no rpgrl run (its config.json is not a run's: a model folder?)" in _fail(
+        capsys, ["--out", str(model), "--resume"]
+    )
+    run = tmp_path / "run"
+    assert rpgrl_main(["train", "--out", str(run), "--max-steps", "0", *TINY_ARGS, "--sft.max_steps", "0"]) == 0
+    assert (run / "checkpoints" / "latest").read_text() == "step-000000"
+    saved = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(saved | {"train": saved["train"] | {"foo": 1}}))
+    err = _fail(capsys, ["--out", str(run), "--resume", "--max-steps", "1"])
+    assert f"--resume: {run / 'config.json'}: unknown config key train.foo" in err
+    (run / "config.json").write_text(json.dumps(saved))
+    assert rpgrl_main(["train", "--out", str(run), "--resume", "--max-steps", "1"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 1

@@ -94,6 +94,8 @@ def resolve_config(args: Args) -> tuple[Config, str, Config]:
         raise UsageError(f"--resume: {saved_file} is not UTF-8 text (byte {e.object[e.start]:#04x})") from None
     except OSError as e:  # unreadable (permissions), or a read error of the file system
         raise UsageError(f"--resume: cannot read {saved_file}: {e.strerror or e}") from None
+    except UsageError as e:  # an unknown key or a wrong type in the file: named, as the user typed no such flag
+        raise UsageError(f"--resume: {saved_file}: {e}") from None
     cfg = apply_overrides(saved, args.overrides)
     if args.preset is not None:
         fresh = apply_overrides(get_preset(args.preset), args.overrides)

@@ -44,6 +44,7 @@ from rpgrl.objectives.checks import LossOverflow
 from rpgrl.objectives.reduce import masked_mean
 from rpgrl.trainer.checkpoint import (
     crash_point,
+    latest_checkpoint,
     remove_leftovers,
     rng_state,
     save_checkpoint,
@@ -144,7 +145,6 @@ def _check_unchanged(run: Run, resume: bool) -> None:
     """Under the run's lock: UsageError if another process changed the run directory while this one was loading
     (its checks ran before the lock was held): it would otherwise act on a stale view, e.g. prune the other
     process's newer checkpoints."""
-    from rpgrl.trainer.checkpoint import latest_checkpoint
     from rpgrl.trainer.rundir import check_run_dir
 
     try:
@@ -370,6 +370,8 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
 def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_begin: float, stop) -> dict:
     """Final evaluation on the averaged weights, exported model, curves, summary."""
     cfg, out, state = run.cfg, run.out, run.state
+    if latest_checkpoint(out / "checkpoints") is None:  # no step and no warm start ran (--max-steps 0): the end's
+        _save(run, step)  # checkpoint, so that --resume --max-steps N continues it
     _stop_if_signalled(stop, step, out, tracker)  # after the last step's checkpoint: a resume runs the final phase
     if hasattr(run.opt, "eval"):
         run.opt.eval()  # schedule-free: x, the averaged weights; the last checkpoint keeps the y point to resume from

@@ -44,6 +44,11 @@ def check_run_dir(out: Path, resume: bool, probe_lock: bool = True) -> bool:
     except OSError as e:
         raise UsageError(f"--out {out}: cannot read its checkpoints folder: {e.strerror or e}") from None
     if resume:
+        if not out.exists():
+            raise UsageError(f"--resume: {out} does not exist: check --out (the folder of the run to continue)")
+        if _foreign_config(out / "config.json"):
+            raise UsageError(f"--resume: {out} holds no rpgrl run (its config.json is not a run's: a model "
+                             "folder?): check --out")  # fmt: skip
         if not (out / "config.json").is_file():
             raise UsageError(f"--resume: no run to resume in {out} (no config.json: a run stopped in its first "
                              "seconds saved nothing): run its command again without --resume")  # fmt: skip
@@ -80,6 +85,16 @@ def is_run_config(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(saved, dict) and isinstance(saved.get("train"), dict) and isinstance(saved.get("loss"), dict)
+
+
+def _foreign_config(path: Path) -> bool:
+    """Whether `path` is a JSON object that is no run's config.json (a model's): not when unreadable or garbled,
+    which the resume names as such."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and not is_run_config(path)
 
 
 def _got_further(out: Path) -> str | None:
