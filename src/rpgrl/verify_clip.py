@@ -128,7 +128,7 @@ VARIANTS = (
     Variant("alg1", "exact, raw branch", dict(_DIFF, analogue="exact", branch="raw"), alg1_reference("exact", "raw")),
     Variant("alg1", "paper [rpg-<d>]", dict(_DIFF, analogue="paper", branch="effective"),
             alg1_reference("paper", "effective")),
-    Variant("alg1", "released [rpg-<d>-released]", dict(_DIFF, analogue="paper", kl_in_clip=False, branch="raw"),
+    Variant("alg1", "released [rpg-<d>-released]", dict(_DIFF, kl_in_clip=False, branch="raw"),  # (no analogue)
             alg1_reference("released", "raw")),
     Variant("alg2", "effective [rpg-reinforce-<d>]", dict(_RF, clip="dual", branch="effective"),
             alg2_reference("effective")),
