@@ -684,18 +684,19 @@ def test_remarks_a_grader_reads_past_do_not_split_the_vote():
 
 
 def test_maj_votes_read_the_answer_the_verdict_read():
-    """A response correct by the authors' rule (its `Answer: 42`) whose final answer is another (a later
-    `**Answer**: 41` label) votes 42 in equiv mode: the majority's verdict then does not depend on sample order."""
+    """A response whose `Answer: 42` the authors' rule reads and whose final answer is another (a later
+    `**Answer**: 41` label) was right for both 42 and 41 in equiv mode (a review's): equiv judges its final answer
+    only, and the vote is that answer, so the majority's verdict does not depend on sample order."""
     a, b = "Answer: 42\n...\n**Answer**: 41", "Answer: 41"
-    assert math_score(a, "42") and not math_score(b, "42")
-    assert judged_vote(a, "42") == "42" and vote_answer(a) == "41" and judged_vote(b, "42") == "41"
+    assert not math_score(a, "42") and math_score(a, "41") and not math_score(b, "42")
+    assert judged_vote(a, "42") == vote_answer(a) == "41" and judged_vote(b, "42") == "41"
     assert judged_vote(a, "42", "strict") == vote_answer(a, "strict") == "42"
 
     def maj(texts):
         return run_benchmarks([Benchmark("t", "-", (Problem("t", "q", "42", 0),))], lambda ps, n: [texts], k=3,
                               mode="equiv")[0].metrics["maj@3"]  # fmt: skip
 
-    assert maj([a, b, b]) == 0.0 and maj([b, a, a]) == 1.0  # the winner is 41, then 42
+    assert maj([a, b, b]) == 0.0 and maj([b, a, a]) == 0.0 and maj([a, "Answer: 42", "\\boxed{42}"]) == 1.0
     rng = random.Random(0)  # maj@1 is mean@1 on any mix of such responses
     pool = [a, b, "\\boxed{42}", "Answer: 42", "**Answer**: 42", "no answer", "Answer: 40\n\\boxed{42}"]
     for _ in range(20):

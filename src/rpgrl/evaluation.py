@@ -132,12 +132,11 @@ def vote_answer(response: str, mode: Mode = "equiv") -> str | None:
 def judged_vote(response: str, ground_truth: str, mode: Mode = "equiv", correct: bool | None = None) -> str | None:
     """The answer a sample votes for in maj@k, given its correctness under `mode` (`math_score`, computed when
     `correct` is None): a correct response votes for the ground truth, since every correct answer is the truth
-    however it is written (`540`, `540 (the remainder)`, `The answer is 540.`, and in equiv mode an earlier
-    `Answer: 42` the authors' rule read before a later `**Answer**: 41`); a wrong one for its own answer
+    however it is written (`540`, `540 (the remainder)`, `The answer is 540.`); a wrong one for its own answer
     (`vote_answer`), or none when that reads as the truth (a hedge the authors' normalisation reads as its last
     value). So a sample's vote and its correctness always concern the same answer.
 
-    >>> judged_vote("Answer: 42\\n**Answer**: 41", "42"), vote_answer("Answer: 42\\n**Answer**: 41")
+    >>> judged_vote("Answer: 41\\n**Answer**: 42", "42"), judged_vote("Answer: 42\\n**Answer**: 41", "42")
     ('42', '41')
     """
     if correct is None:

@@ -254,7 +254,17 @@ EQUIV_TABLE = [
     ("Answer: The answer is $\\boxed{25}$.", "25", True),  # a box inside the answer line is what is judged
     ("Answer: 540\n" + "x" * 300, "540", True),  # no 300-character window (strict says no)
     ("The answer is 5", "5", True),  # neither an Answer: line nor a box: the sentence's answer (a review's)
-    ("Therefore, the final answer is $\\frac{1}{2}$. This completes the proof.", "\\frac{1}{2}", True),
+    ("Therefore, the final answer is $\\frac{1}{2}$. I hope it is correct.", "\\frac{1}{2}", True),
+    # ... only as the response's last words (a review: cut or retracted reasoning was rewarded)
+    ("So the answer is 540. But wait, if the pairs are ordered we get twice as many, so", "540", False),
+    ("The answer is 540. Or maybe 541.", "540", False),
+    ("<think>\nthe answer is 540. But wait\n</think>\nSo it is 541.", "540", False),
+    ("Answer: 540. Wait, that's wrong.", "540", False),  # only the closing courtesy is read past
+    ("Answer: 540\n\nPut inside \\boxed{} as asked.", "540", True),  # a box without a value is no answer
+    ("Answer: 540\n\n\\boxed{\\checkmark}", "540", True),
+    ("$a = 3$ so $\\boxed{3}$\n\n\\boxed{7}", "7", True),  # a paragraph apart: no run
+    ("\\boxed{1}, \\boxed{2}", "12", False),  # a run is several values (the digits joined read as 12)
+    ("So $n = \\boxed{4}$ or $n = \\boxed{5}$.", "5", False),
     ("The answer is probably 5 or 6.", "5", False),  # not answer-shaped: no answer
     ("The answer is 12, not 5.", "5", False),
     # empty output
@@ -527,9 +537,10 @@ def test_strict_correct_implies_equiv_correct(response, gt, expected):
 
 
 def test_strict_correct_implies_equiv_correct_random():
+    """Where both rules read the same answer, strict-correct implies equiv-correct (hedges aside). Where they read
+    different ones (the authors' rule takes the last `Answer:` line of the last 300 characters, equiv the last
+    answer), equiv judges its own: a response is never right for two values."""
     import random
-
-    from rpgrl.rewards.math import _strict_label_rejected
 
     rng = random.Random(1)
     atoms = ["Answer:", "answer :", "\n", " ", "=", "$", "\\boxed{", "}", "{", "\\frac", "\\sqrt", "1", "2", "0"]
@@ -543,8 +554,8 @@ def test_strict_correct_implies_equiv_correct_random():
         gt = gt if rng.random() < 0.7 else "".join(rng.choice(atoms[5:]) for _ in range(rng.randint(1, 4)))
         answer = extract_final_answer(resp)
         if strict_correct(resp, gt) and not (answer is not None and is_hedge(answer, gt)):
-            if _strict_label_rejected(resp):  # a label equiv reads past (prose or a check): the one exception
-                continue
+            if answer is None or normalize_answer(answer) != normalize_answer(extract_strict(resp).strip()):
+                continue  # another answer than the authors' rule reads
             hits += 1
             assert equiv_correct(resp, gt), (resp, gt)
     assert hits > 100  # the property was exercised (138 times with this seed)

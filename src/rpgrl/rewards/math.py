@@ -209,8 +209,9 @@ def extract_final_answer(response: str) -> str | None:
     - unless a `\\boxed{}` follows that label's answer (a correction: `Answer: 12 ... wait ... \\boxed{13}` is
       judged as 13), or there is no label: then the last box, with the boxes right before it that only a
       separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge);
-    - with neither, the last "the (final) answer is ..." sentence with an answer-shaped value, up to its end;
-      else None (wrong).
+    - with neither, a "the (final) answer is ..." sentence with an answer-shaped value that ends the response
+      (nothing after it but `I hope it is correct.`: not cut or retracted reasoning); else None (wrong).
+    A box that holds no value (`\\boxed{}`, a check mark) is no answer.
     At most MAX_CANDIDATES labels with a value after them are looked at, from the last.
 
     A hedge inside the final answer ("Answer: 4 or 5", "Answer: \\boxed{4}, \\boxed{5}") is judged as a whole and
@@ -255,7 +256,9 @@ def _final_answer_raw(response: str) -> str | None:
 
 def _answer_in(text: str) -> str | None:
     boxes = _boxes(text)
-    label = _last_label(text, _inside_boxes(boxes))
+    inside = _inside_boxes(boxes)
+    boxes = [b for b in boxes if not _NO_VALUE.fullmatch(b[1])]  # `\boxed{}`, `\boxed{\checkmark}`: no answer
+    label = _last_label(text, inside)
     if label is not None and not (boxes and boxes[-1][0] >= label[1]):
         return label[0]  # no box after the label's answer (a later box is a correction: the last answer counts)
     if boxes:
@@ -263,20 +266,25 @@ def _answer_in(text: str) -> str | None:
     labels = list(_LABEL.finditer(text))
     if labels:  # a label with only prose after it: judged as it is (wrong, unless the prose is the answer)
         return _label_content(text, labels[-1].end())[0]
-    said = list(_ANSWER_IS_SENTENCE.finditer(text[-4 * MAX_ANSWER_CHARS :]))
-    if said:  # no label, no box: the last "the (final) answer is 540." with an answer-shaped value
-        content = _label_content(text, len(text) - len(text[-4 * MAX_ANSWER_CHARS :]) + said[-1].end())[0]
-        content = _SENTENCE_END.split(content, maxsplit=1)[0]
-        return content if _answer_shaped(content) else None
+    tail = text[-4 * MAX_ANSWER_CHARS :]
+    said = list(_ANSWER_IS_SENTENCE.finditer(tail))
+    if said:  # no label, no box: "the (final) answer is 540." with an answer-shaped value, ending the response
+        sentence, *after = _SENTENCE_END.split(tail[said[-1].end() :], maxsplit=1)
+        content, _, rest = sentence.partition("\n")
+        ends = _CLOSING.fullmatch(rest + "".join(after)) is not None  # not "540. But wait, ..." nor cut reasoning
+        return content if ends and _answer_shaped(content) else None
     return None
 
 
 # no `Answer:` label and no box: the answer stated in a sentence ("Therefore, the final answer is $540$.")
 _ANSWER_IS_SENTENCE = re.compile(r"\banswer\s+is\b:?[ \t]*", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")  # a period before the next sentence (not 3.5, not \frac{1}{2}.)
+_CLOSING = re.compile(r"\s*(?:I hope it is correct\.?\s*)?", re.IGNORECASE)  # what may follow the last answer
+_NO_VALUE = re.compile(r"\s*(?:\\checkmark|\\surd|\u2713|\u2714)?\s*")  # a box that holds no answer
 # what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`
-_BOX_GAP = re.compile(
+_BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \boxed{5}$`)
     r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:,|;|and|or|\\text\s*\{\s*(?:and|or)\s*\})?(?:\s|\$|\\[(),;]|\\q?quad)*"
+    r"(?:[A-Za-z]\w{0,3}\s*=\s*)?"
 )
 
 
@@ -309,27 +317,14 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     while first > 0:
         j, c = boxes[first - 1]
         command = text.rfind("\\", 0, boxes[first][0])  # the backslash of the next box's \boxed
-        if command - (j + len(c) + 2) > 40 or not _BOX_GAP.fullmatch(text, j + len(c) + 2, command):
+        gap = text[j + len(c) + 2 : command]
+        if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
             break
         first -= 1
     if first == len(boxes) - 1:
         return boxes[-1][1]
     j, c = boxes[-1]
     return text[text.rfind("\\", 0, boxes[first][0]) : j + len(c) + 2]
-
-
-def _strict_label_rejected(text: str) -> bool:
-    """Whether the label the authors' rule reads in `text` (the last in its window) is one `_answer_in` rejects: in
-    a sentence with no answer-shaped value after it, inside a box, or followed by a box (the later answer)."""
-    lo = max(0, len(text) - STRICT_WINDOW)
-    labels = list(ANSWER_RE.finditer(text, lo))
-    if not labels:
-        return False
-    m = labels[-1]
-    boxes = _boxes(text)
-    if _inside_boxes(boxes)(m.start()) or (boxes and boxes[-1][0] > m.end()):  # in a box; or a box corrects it
-        return True
-    return not _starts_line(text, m.start()) and not _answer_shaped(m.group(1))
 
 
 def _answer_shaped(content: str) -> bool:
@@ -399,7 +394,7 @@ def clean_answer(answer: str) -> str:
     '-3.5'
     """
     s = answer
-    for _ in range(MAX_NESTING):  # \boxed{\boxed{5}}: the contents of the contents (deeper is judged wrong)
+    for _ in range(MAX_NESTING if len(answer) <= 4 * MAX_ANSWER_CHARS else 1):  # \boxed{\boxed{5}}: contents
         boxed = _boxed_contents(s)
         if not boxed:
             break
@@ -471,8 +466,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     """equiv mode. A final answer (`extract_final_answer`) that hedges (`is_hedge`: `540 or 541`, `$540$, $541$`
     for 540) is wrong; otherwise it is correct iff any of, in order:
 
-    1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct, hedges
-       aside: the authors' rules read a hedge's first `$...$` pair or its last `=`);
+    1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct where both
+       read the same answer, hedges aside: the authors' rules read a hedge's first `$...$` pair or its last `=`);
     2. the cleaned strings (`clean_answer`) are equal, or their normalisations are;
     3. both are integers and equal as integers;
     4. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s;
@@ -482,14 +477,11 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
     """
-    text, answer = _judged(response)  # after `</think>` when the answer is there: the authors' rule reads that too
-    # (the answer unstripped, exactly as strict mode normalises it)
+    answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises its own
     if answer is not None and len(answer) <= MAX_ANSWER_CHARS and is_hedge(answer, ground_truth):
         return False
-    # strict-correct implies equiv-correct, whichever answer each reads, unless the authors' rule reads a label
-    # equiv rejects (a check after the answer, `the answer: 540 - 405 = 135`: right for two values otherwise)
-    if strict_correct(text, ground_truth) and not _strict_label_rejected(text):
-        return True
+    # (no shortcut through the authors' rule on the whole text: where it reads another label than this answer, a
+    # response was right for two values, `Answer: 42` then `**Answer**: 41`)
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
     if normalize_answer(answer) == normalize_answer(ground_truth):
@@ -544,7 +536,7 @@ def is_hedge(answer: str, ground_truth: str) -> bool:
     """
     if _MANY_VALUES.search(clean_answer(ground_truth)):  # 1,000 is one value
         return False
-    if _OR_WORD.search(answer):
+    if _OR_WORD.search(answer) or len({clean_answer(b) for b in _boxed_contents(answer)}) >= 2:  # 4 or 5; [4] [5]
         return True
     if len({clean_answer(g) for g in _MATH_GROUP.findall(answer)}) < 2:
         return False
@@ -565,7 +557,7 @@ _REMARK = re.compile(
     r"greatest|least|maximum|minimum)(?:\s+(?:possible|positive|real|integer|value|number|part|sum|one))*|(?:answer|"
     r"remainder|result|value|number|count|total|sum)(?:\s+of\s+(?:the\s+)?[A-Za-z]+(?:\s+[A-Za-z]+)?)?)"
     rf"|\(\s*{_ASSIGNMENT}(?:\s*,\s*{_ASSIGNMENT})*\s*\)"
-    r"|\.\s+[A-Z][^\d$\\]*)$"  # a sentence after the answer: `540. I hope it is correct.`
+    r"|\.\s+[Ii] hope it is correct)$"  # Minerva's closing: `540. I hope it is correct.` (no other sentence)
 )
 # a value given first in a reversed equation: 5 = x, 540 = m + n (the authors' rule reads the right side)
 _REVERSED = re.compile(r"(-?\d+(?:\.\d+)?|-?\\frac\{\d+\}\{\d+\})\s*=\s*[A-Za-z][A-Za-z\s+\-]*")
