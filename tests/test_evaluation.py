@@ -876,3 +876,31 @@ def test_a_prompt_the_tokenizer_cannot_spell_leaves_no_lock_in_an_existing_folde
     assert main(_eval_argv(tmp_path / "model", data, keep)) == 2
     assert "cannot encode the prompt" in capsys.readouterr().err
     assert [p.name for p in keep.iterdir()] == ["notes.txt"]
+
+
+def test_a_journal_cut_in_its_first_line_is_empty_and_the_model_folder_may_be_the_out_folder(tiny_model_dir, tmp_path,
+                                                                                            capsys):  # fmt: skip
+    """A review's: a full disk at the first chunk left an empty partial.jsonl the same command then refused as no
+    journal; with --out the model folder, the journal and lock counted as rewritten model files."""
+    from rpgrl.cli import main
+    from rpgrl.journal import Journal, files_fingerprint
+
+    for cut in ("", '{"settings": {"k": 3'):
+        path = tmp_path / f"j{len(cut)}" / "partial.jsonl"
+        path.parent.mkdir()
+        path.write_text(cut)
+        journal = Journal(path, {"k": 3})
+        assert journal.chunks == [] and not path.exists()
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    before = files_fingerprint(model)
+    for name in (".lock", "partial.jsonl", "metrics.json", "samples.jsonl", "passk_majk.png"):
+        (model / name).write_text("x")
+    assert files_fingerprint(model) == before
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    assert main(_eval_argv(model, data, model)) == 2  # an earlier report's metrics.json: refused, as any folder
+    for name in ("metrics.json", "samples.jsonl", "passk_majk.png", "partial.jsonl", ".lock"):
+        (model / name).unlink()
+    capsys.readouterr()
+    assert main(_eval_argv(model, data, model)) == 0 and (model / "metrics.json").is_file()

@@ -33,7 +33,9 @@ def files_fingerprint(folder: str | Path) -> list[list]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in folder.iterdir() if p.is_file())
+    own = {NAME, "metrics.json", "samples.jsonl", "passk_majk.png"}  # an evaluation's own files (--out = the model)
+    return sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in folder.iterdir()
+                  if p.is_file() and p.name not in own and not p.name.startswith("."))  # fmt: skip
 
 
 def digest(prompts: Sequence[Sequence[int]], n: int) -> str:
@@ -59,14 +61,18 @@ class Journal:
                 good.append(json.loads(line))
             except ValueError:
                 break
+        if not good and not any(lines[:-1]):  # empty, or its first line cut (a full disk, a kill): nothing kept
+            self.path.unlink()
+            return
         if not good or not isinstance(good[0], dict) or "settings" not in good[0]:
             raise UsageError(f"{self.path} is not an rpgrl eval journal: pass a new --out folder, or delete it")
         theirs = good[0]["settings"]
         if theirs != self.settings:
             keys = sorted(set(theirs) | set(self.settings), key=str)
+            other_model = theirs.get("model") != self.settings.get("model")  # then its files differ too
             diff = [f"{k} {theirs.get(k)!r} there, {self.settings.get(k)!r} here" if k != "model_files" else
                     "the model folder's files were rewritten since" for k in keys
-                    if theirs.get(k) != self.settings.get(k)]  # fmt: skip
+                    if theirs.get(k) != self.settings.get(k) and not (k == "model_files" and other_model)]  # fmt: skip
             raise UsageError(f"--out {self.path.parent} holds an unfinished evaluation with other settings "
                              f"({'; '.join(diff)}): run its command to continue it, or pass a new folder")  # fmt: skip
         self.chunks = good[1:]

@@ -292,8 +292,10 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None). Shapes: units."""
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
     clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
-    # A = 0 units: w taken as 1 there, so an overflowed w cannot make 0 x inf (NaN) in the loss or its backward
-    w = torch.exp(log_w.masked_fill(adv == 0, 0.0)) if clip is None else None
+    w = torch.exp(log_w) if clip is None else None
+    masked = w is not None and not bool(torch.isfinite(w).all())
+    if masked:  # an overflowed ratio: w taken as 1 at A = 0 units, which add 0 (not 0 x inf: NaN) to loss and backward
+        w = torch.exp(log_w.masked_fill(adv == 0, 0.0))
     clamped_kl, kl, alpha = None, None, beta  # the loss adds alpha x kl: the separate KL term
     if sep_kl and o.kl_value_clamp is not None:  # as released (spec 4.3 iv): the separate KL term clamped
         clamped_kl, clamped = _clamped_kl(divergence, log_u, log_rho, o.kl_value_clamp)
@@ -301,7 +303,11 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         with torch.no_grad():
             metrics["clip/frac_kl_clamp"] = r.unit_mean(clamped)
     elif sep_kl and beta > 0:  # beta first: beta rho phi(u) may fit where rho phi(u) does not (rho = 1: no anchor)
-        kl, alpha = dv.rho_phi(divergence, log_u, torch.zeros_like(log_u) if log_rho is None else log_rho, beta), 1.0
+        lr = torch.zeros_like(log_u) if log_rho is None else log_rho
+        if log_rho is None and not masked and bool(dv.direct_ok(log_u, lr, beta).all()):
+            kl = dv.phi(divergence, log_u, w)  # added with alpha = beta, bit for bit as before where it fits
+        else:
+            kl, alpha = dv.rho_phi(divergence, log_u, lr, beta), 1.0
     add_kl = kl is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages

@@ -415,14 +415,14 @@ def activation_bytes(model, tokens: int) -> int:
     return tokens * per_token * next(model.parameters()).element_size()
 
 
-def _check_warm_start_memory(cfg: Config, model, n_problems: int, longest_prompt: int) -> None:
+def _check_warm_start_memory(cfg: Config, model, n_problems: int, length: int) -> None:
     """One warm-start step (sft.batch_size worked solutions, at most the training set: a larger batch is the whole
     set) must fit the device's memory: refused here, not killed out of memory in the warm start (a review's:
     sft.batch_size 1e8 ran the 20,000 problems as one batch)."""
     from rpgrl.rollout import device_memory
 
     rows = min(cfg.sft.batch_size, n_problems)
-    need = activation_bytes(model, rows * (longest_prompt + cfg.rollout.max_new_tokens))
+    need = activation_bytes(model, rows * length)  # length: the longest prompt and worked solution
     have = device_memory(next(model.parameters()).device)
     if need > have:
         raise UsageError(f"a warm-start step of {rows} sequences needs about {need / 2**30:.3g} GiB, more than the "
@@ -482,8 +482,9 @@ def open_run(cfg: Config, out: Path, resume: bool, base: Config | None = None) -
     longest = _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
     model, tokenizer = build_model(cfg)
     _check_generation_memory(cfg, model, longest)
-    if ckpt is None and cfg.sft.max_steps > 0:
-        _check_warm_start_memory(cfg, model, len(task.train_prompts), longest)
+    if ckpt is None and cfg.sft.max_steps > 0:  # (a token has a character at least: solutions bound their tokens)
+        solution = max(len(p.solution) for p in task.train_problems) + 1  # and EOS
+        _check_warm_start_memory(cfg, model, len(task.train_prompts), longest + solution)
     params = [p for p in model.parameters() if p.requires_grad]
     run = Run(
         cfg, out, model, tokenizer, task, benchmarks, params, make_optimizer(cfg, params),
