@@ -155,6 +155,9 @@ def test_derived_values_are_properties():
         ([("loss.name", "dapo"), ("loss.kl", "k3")], "loss.kl applies to ppo, grpo and reinforce_pp; dapo has no KL"),
         ([("loss.name", "ppo"), ("loss.beta", "0.1")], "only (loss.kl is none): drop loss.beta"),
         ([("loss.name", "dapo"), ("loss.kl_clamp", "10")], "only (loss.name dapo has no KL term): drop loss.kl_clamp"),
+        # a KL term weighed by beta 0 trains nothing (`dapo --loss.name grpo --loss.kl k3`: dapo's beta 0)
+        ([("loss.name", "ppo"), ("loss.kl", "k1"), ("loss.beta", "0")], "loss.kl applies to loss.beta > 0 only"),
+        ([("loss.name", "grpo"), ("loss.kl", "k3"), ("loss.beta", "0")], "(loss.beta is 0, so the KL term adds"),
         ([("loss.analogue", "paper")], "loss.analogue applies to loss.style differentiable"),
         ([("loss.kl_in_clip", "false")], "loss.kl_in_clip applies to loss.style differentiable"),
         # the dual clip's options without it (a review found verl accepting them; the gradient is the default's)
@@ -328,6 +331,11 @@ def test_a_presets_own_kl_and_generation_batch_are_not_refused_as_unused():
         check(cfg, base=preset)
         with pytest.raises(UsageError, match=key):
             check(cfg)
+    grpo = get_preset("grpo")  # GRPO with its KL weighed by 0: the user's beta, the preset's loss.kl
+    check(apply_overrides(grpo, [*common, ("loss.beta", "0")]), base=grpo)
+    dapo = get_preset("dapo")  # the user's loss.kl at dapo's beta 0: trains no KL term
+    with pytest.raises(UsageError, match=r"loss.kl applies to loss.beta > 0 only .*drop loss.kl \(got 'k3'\)"):
+        check(apply_overrides(dapo, [*common, ("loss.name", "grpo"), ("loss.kl", "k3")]), base=dapo)
 
 
 def test_a_ppo_family_loss_without_loss_kl_trains_no_kl_term():

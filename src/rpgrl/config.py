@@ -618,6 +618,8 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
             why = "loss.name dapo has no KL term" if lo.name == "dapo" else "loss.kl is none"
             out += [(f"loss.{k}", getattr(lo, k), "a KL term (loss.kl k1, k3 or k3_corrected)", why)
                     for k in ("beta", "kl_clamp") if getattr(lo, k) not in (getattr(LossConfig, k), 0.0)]  # fmt: skip
+        elif lo.beta == 0:  # the KL term is weighed by 0 (`dapo --loss.name grpo --loss.kl k3`: dapo's beta 0)
+            out.append(("loss.kl", lo.kl, "loss.beta > 0", "loss.beta is 0, so the KL term adds nothing"))
         if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
             out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
         return out

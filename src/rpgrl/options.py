@@ -116,6 +116,18 @@ class RPGOptions:
         }
         return [k for k, off in idle.items() if off and getattr(self, k) != getattr(RPGOptions, k)]
 
+    def applies(self, key: str) -> str:
+        """Where an option `unused` names is read, and these options' settings that leave it idle (one phrase for a
+        message: the adapters name the option in their own words)."""
+        where = {
+            "branch": "clip='dual'",
+            "kl_in_clip": "style='differentiable' with clip='dual'",
+            "analogue": "style='differentiable' with clip='dual' and kl_in_clip=True",
+            "kl_value_clamp": "a separate KL term (style='differentiable' with clip=None or kl_in_clip=False)",
+        }
+        return (f"{key} applies to {where[key]}, not to style={self.style!r}, clip={self.clip!r}, "
+                f"kl_in_clip={self.kl_in_clip}")  # fmt: skip
+
     def used(self) -> RPGOptions:
         """These options with the `unused` ones at their defaults: the same loss, and `check` passes where only an
         unused option failed it (a preset's KL clamp after a flag folds the KL into the clip)."""

@@ -221,8 +221,16 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
         ({"loss_type": "dr_grpo"}, "loss_type"),  # TRL's normalisation: RPGConfig.agg sets it (was ignored)
         ({"kl_in_clip": "false"}, "kl_in_clip must be true or false"),  # acted as True
-        ({"kl_in_clip": False}, "kl_in_clip not read with style='reinforce'"),  # not read (was accepted)
-        ({"style": "differentiable", "clip": None, "branch": "raw"}, "branch not read"),
+        (
+            {"kl_in_clip": False},
+            "kl_in_clip applies to style='differentiable' with clip='dual', not to style='reinforce'",
+        ),  # not read (was accepted)
+        ({"style": "differentiable", "clip": None, "branch": "raw"}, "branch: branch applies to clip='dual', not"),
+        # the analogue with the KL outside the clip: the message named style and clip only, both as required
+        (
+            {"style": "differentiable", "kl_in_clip": False, "analogue": "paper"},
+            "analogue applies to .* and kl_in_clip=True, not to style='differentiable', clip='dual', kl_in_clip=False",
+        ),
         # sampling filters: TRL's pi_old log-probs see the temperature only (were accepted; pi_old was not the sampler)
         ({"top_k": 1}, "top_k change the distribution"),
         ({"top_p": 0.9}, "top_p change"),

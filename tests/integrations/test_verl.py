@@ -444,6 +444,12 @@ def test_bad_rpg_options_fail_when_verl_builds_the_config(overrides, match):
         ("rpg_urkl_reinforce", [PL + "beta=1e-4", PL + "clip=dual", PL + "kl_in_clip=false"], "kl_in_clip applies"),
         ("rpg_urkl_reinforce", [PL + "beta=1e-4", PL + "clip=dual", PL + "analogue=paper"], "analogue applies"),
         ("rpg_urkl_differentiable", [PL + "beta=1e-4", PL + "clip=null", PL + "branch=raw"], "branch applies"),
+        # the analogue with the KL outside the clip: the message named the mode and the clip only
+        (
+            "rpg_urkl_differentiable",
+            [PL + "beta=1e-4", PL + "clip=dual", PL + "kl_in_clip=false", PL + "analogue=paper"],
+            "analogue applies to .*kl_in_clip=True, not to .*kl_in_clip=False",
+        ),
         # a non-RPG mode would run verl's own loss without beta and clip
         ("vanilla", [PL + "beta=1e-4", PL + "clip=dual"], "read by the rpg_\\* loss modes only"),
     ],

@@ -137,3 +137,35 @@ def test_sft_step_clips_the_gradient(tok):
         _sft_step(model, tok, opt, prompts, targets, lr=1e-3, grad_clip=clip)
         moved[clip] = max((p.detach() - b).abs().max().item() for p, b in zip(model.parameters(), before, strict=True))
     assert moved[0.0] > 5e-4 and moved[1e-12] < 1e-6
+
+
+def test_the_warm_start_memory_bound_is_the_longest_worked_solution_not_max_new_tokens(monkeypatch, tmp_path):
+    """The warm start trains on prompts + worked solutions: its memory bound took rollout.max_new_tokens for their
+    length and refused a valid run (a review's). The length checked is the longest prompt + the longest solution +
+    EOS, counted here from the task itself; the bound refuses exactly past the device's memory."""
+    from tiny_config import tiny
+
+    import rpgrl.rollout
+    from rpgrl.errors import UsageError
+    from rpgrl.trainer import setup
+
+    check_memory, seen = setup._check_warm_start_memory, {}
+    monkeypatch.setattr(
+        setup, "_check_warm_start_memory", lambda cfg, model, n, length: seen.update(n=n, length=length)
+    )
+    cfg = tiny(("sft.max_steps", "2"), ("rollout.max_new_tokens", "500"), ("data.reward", "synthetic"))
+    setup.open_run(cfg, tmp_path / "run", resume=False)
+    task = setup.load_task(cfg, setup.build_tokenizer(cfg))
+    solution = max(len(p.solution) for p in task.train_problems) + 1  # one character, one token; and EOS
+    assert seen == {"n": 40, "length": max(len(p) for p in task.train_prompts) + solution}
+    assert seen["length"] < 500  # far below the flag the old bound used
+
+    model = build_tiny_model(build_char_tokenizer(CHARS), hidden=32, layers=1, heads=2, kv_heads=1, ffn=64, seed=0)
+    need = 16 * 30 * 4 * (1 * (12 * 32 + 4 * 64) + 4 * model.config.vocab_size)  # layers x (12 h + 4 ffn) + 4 V
+    assert setup.activation_bytes(model, 16 * 30) == need
+    cfg = tiny(("sft.max_steps", "2"), ("sft.batch_size", "16"))
+    monkeypatch.setattr(rpgrl.rollout, "device_memory", lambda device: need)
+    check_memory(cfg, model, 40, 30)  # 16 rows of 30 fit exactly
+    check_memory(cfg, model, 8, 60)  # a batch beyond the training set is the whole set: 8 rows of 60
+    with pytest.raises(UsageError, match="a warm-start step of 16 sequences needs about"):
+        check_memory(cfg, model, 40, 31)

@@ -97,13 +97,14 @@ class RPGConfig(GRPOConfig):
                 "pi_old and applied by the loss: set rpg_beta instead and leave beta=0.0"
             )
         try:
-            idle = self.options().check().unused()
+            options = self.options().check()
         except OptionError as e:
             raise ValueError(f"RPGConfig: {_TRL_NAMES.get(e.option, e.option)}: {e}") from None
+        idle = options.unused()
         if idle:  # as `rpgrl train` and verl refuse them: a user who sets one expects an effect
-            raise ValueError(f"RPGConfig: {', '.join(idle)} not read with style={self.style!r} and clip={self.clip!r} "
-                             "(branch applies to clip='dual'; kl_in_clip and analogue to clip='dual' with "
-                             "style='differentiable'): leave at default")  # fmt: skip
+            more = f" (also unused: {', '.join(_TRL_NAMES.get(k, k) for k in idle[1:])})" if len(idle) > 1 else ""
+            name = _TRL_NAMES.get(idle[0], idle[0])
+            raise ValueError(f"RPGConfig: {name}: {options.applies(idle[0])}: leave it at its default{more}")
         unsupported = {
             "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
             "top_entropy_quantile": self.top_entropy_quantile < 1.0,

@@ -108,11 +108,9 @@ class RPGPolicyLossConfig(PolicyLossConfig):
                 options = dataclasses.replace(options, divergence=divergence, style=style).check()
                 idle = options.unused()
                 if idle:  # refused as `rpgrl train` refuses them: a user who sets one expects an effect
-                    what = "the dual clip" if idle[0] == "branch" else "the differentiable style's dual clip"
                     more = f" (also unused: {', '.join(idle[1:])})" if len(idle) > 1 else ""
-                    where = f"not to loss_mode {mode} with clip={options.clip}"
-                    raise OptionError(idle[0], f"{idle[0]} applies to {what}, {where}: drop it, from the run "
-                                               f"script too{more}")  # fmt: skip
+                    raise OptionError(idle[0], f"{options.applies(idle[0])}: drop it, from the run script "
+                                               f"too{more}")  # fmt: skip
             else:  # the mode is set elsewhere: the cross-option rules wait for the first call
                 options.check_values()
         except OptionError as e:
