@@ -47,7 +47,7 @@ def test_paper_hyperparameters(name):
     # spec 7.1-7.3: shared settings
     cfg = get_preset(name)
     assert (cfg.rollout.prompts_per_step, cfg.rollout.group_size) == (512, 16)
-    assert (cfg.rollout.max_new_tokens, cfg.data.max_prompt_length) == (2048, 2048)
+    assert (cfg.rollout.max_new_tokens, cfg.data.max_prompt_length, cfg.data.truncation) == (2048, 2048, "left")
     assert (cfg.rollout.temperature, cfg.rollout.top_p) == (1.0, 1.0)
     assert (cfg.optim.weight_decay, cfg.optim.warmup_steps, cfg.optim.grad_clip) == (0.1, 10, 1.0)
     assert cfg.optim.lr == (5e-7 if name == "rpg-reinforce-released" else 1e-6)

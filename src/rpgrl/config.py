@@ -72,7 +72,10 @@ class DataConfig:
     num_val: int = 300
     """synthetic only: held-out problems (greedy accuracy is measured on these)"""
     max_prompt_length: int = 2048
-    """prompts longer than this many tokens are truncated from the left (as verl does)"""
+    """the longest prompt in tokens; a longer one is refused or cut as data.truncation says"""
+    truncation: Literal["error", "left"] = "error"
+    """a prompt above data.max_prompt_length: error (refused, naming it; verl's default) or left (keep its last
+    tokens, as verl's truncation=left)"""
     reward: str = "synthetic"
     """reward function name in the rpgrl.rewards registry: synthetic; math (+1/-1) or math01 (1/0) by equivalence;
     math_strict or math01_strict by the authors' exact rule"""

@@ -59,7 +59,8 @@ DEFAULT_ON_POLICY = replace(
 # What every paper preset shares (spec 7.1-7.3).
 _PAPER = Config(
     model=ModelConfig(path=None),
-    data=DataConfig(train=None, reward="math_strict", max_prompt_length=2048),  # the authors' scorer (spec 7.6)
+    # the authors' scorer (spec 7.6); their scripts cut long prompts from the left (spec 7.2)
+    data=DataConfig(train=None, reward="math_strict", max_prompt_length=2048, truncation="left"),
     rollout=RolloutConfig(
         prompts_per_step=512,
         group_size=16,

@@ -57,7 +57,7 @@ def test_off_policy_arms_set_the_updates_per_batch():
     assert arms["grpo x16"].loss.name == "grpo"
 
 
-def test_config_key_tracks_what_a_run_computes():
+def test_config_key_tracks_what_a_run_computes(monkeypatch):
     cfg = base_config(FULL)
     assert config_key(cfg, 0, "w") == config_key(replace(cfg, model=replace(cfg.model, path="/elsewhere")), 0, "w")
     assert config_key(cfg, 0, "w") != config_key(cfg, 1, "w")
@@ -66,6 +66,20 @@ def test_config_key_tracks_what_a_run_computes():
     # arms of different claims with the same resolved config share their runs
     kl = CLAIMS["kl"].arm("beta 0.0001 behaviour").config(cfg)
     assert config_key(kl, 0, "w") == config_key(CLAIMS["methods"].arm("rpg-reinforce-urkl").config(cfg), 0, "w")
+    # a field added since the cached runs, at its default, leaves their keys as they were; set, it counts
+    import rpgrl.reproduce.runner as runner
+
+    key, to_dict = config_key(cfg, 0, "w"), runner.config_to_dict
+
+    def before_the_field(c):
+        d = to_dict(c)
+        del d["data"]["truncation"]
+        return d
+
+    monkeypatch.setattr(runner, "config_to_dict", before_the_field)
+    assert config_key(cfg, 0, "w") == key
+    monkeypatch.undo()
+    assert config_key(replace(cfg, data=replace(cfg.data, truncation="left")), 0, "w") != key
 
 
 def test_config_changes_are_the_flags_that_differ():

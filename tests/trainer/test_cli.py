@@ -654,3 +654,37 @@ def test_resume_names_a_mistyped_or_wrong_folder_and_a_bad_saved_config(capsys, 
     (run / "config.json").write_text(json.dumps(saved))
     assert rpgrl_main(["train", "--out", str(run), "--resume", "--max-steps", "1"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 1
+
+
+def test_a_prompt_above_max_prompt_length_is_refused_or_cut_as_data_truncation_says(capsys, tmp_path):
+    """A long prompt was cut from the left without a word, losing its question ('What is 17+25? ...' became its
+    last 16 tokens; a review's). Refused by default, naming it (verl's truncation=error); --data.truncation left
+    keeps its last tokens, as before. A config.json from before the option ran with left: its resume is not
+    refused."""
+    from tiny_config import tiny
+
+    from rpgrl.models import build_byte_tokenizer
+    from rpgrl.trainer.setup import encode_prompt, load_task
+
+    tok = build_byte_tokenizer()
+    short, long = "What is 1+1?", "What is 17+25? Give the answer."
+    n_short, n_long = (len(encode_prompt(tok, p, chat=True)) for p in (short, long))  # with the chat template
+    assert n_long == n_short + len(long) - len(short)
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": short, "answer": "2"}, {"prompt": long, "answer": "42"}])
+    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--data.num_"))]
+    common = [*args, "--data.train", data, "--data.reward", "math01", "--data.max_prompt_length", str(n_short)]
+    out = tmp_path / "run"
+    err = _fail(capsys, [*common, "--out", str(out)])
+    assert f"training prompt 1 ('{long}') has {n_long} tokens, above data.max_prompt_length {n_short}: raise it, " \
+           "or pass --data.truncation left" in err  # fmt: skip
+    assert not out.exists()
+    cfg = tiny(("data.num_train", "20000"), ("data.num_val", "300"), ("data.train", data), ("data.reward", "math01"),
+               ("data.max_prompt_length", str(n_short)), ("data.truncation", "left"))  # fmt: skip
+    task = load_task(cfg, tok)
+    assert task.train_prompts == [encode_prompt(tok, short, chat=True), encode_prompt(tok, long, chat=True)[-n_short:]]
+    assert rpgrl_main(["train", *common, "--data.truncation", "left", "--max-steps", "1", "--out", str(out)]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    del saved["data"]["truncation"]  # written before the option: its prompts were cut
+    (out / "config.json").write_text(json.dumps(saved))
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 0
+    assert json.loads((out / "config.json").read_text())["data"]["truncation"] == "left"

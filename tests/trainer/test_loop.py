@@ -16,6 +16,7 @@ from rpgrl.config import apply_overrides
 from rpgrl.presets import PRESETS
 from rpgrl.rewards import Reward
 from rpgrl.trainer import loop
+from rpgrl.trainer.checkpoint import latest_checkpoint
 from rpgrl.trainer.log import read_metrics
 
 REQUIRED = ("step", "reward/mean", "response/length_mean", "entropy/mean", "perf/generation_s", "perf/update_s",
@@ -241,8 +242,87 @@ def test_non_finite_reward_names_the_sample():
     def bad(text, answer):
         return Reward(value=float("nan") if text == "b" else 1.0, correct=False)
 
-    with pytest.raises(UsageError, match="returned nan for sample 1"):
+    with pytest.raises(UsageError, match=r"reward 'bad' on sample 1 \(response 'b'\) returned nan: rewards must"):
         loop.score(bad, "bad", ["a", "b"], ["1", "2"])
+
+
+def _raises(text, answer):
+    return Reward(value=float(int(text)), correct=False)  # int("b") raises
+
+
+@pytest.mark.parametrize(
+    "reward, needle",
+    [
+        # a custom reward's own error: a traceback from the loop before (a review's), now its line and where
+        (_raises, "raised ValueError: invalid literal for int() with base 10: 'b' (" + __file__ + ":"),
+        # wrong types: AttributeError / TypeError tracebacks from the loop before
+        (lambda t, a: 1.0, "returned 1.0: a reward function returns rpgrl.rewards.Reward(value: float"),
+        (lambda t, a: None, "returned None: a reward function returns"),
+        (lambda t, a: Reward(value=None, correct=True), "returned Reward(value=None, correct=True, parts={})"),
+        (lambda t, a: Reward(value="1", correct=True), "returned Reward(value='1'"),
+        # a NaN part reached the step's metrics and was called a diverged run ("lower optim.lr")
+        (lambda t, a: Reward(value=1.0, correct=True, parts={"fmt": float("nan")}), "returned part 'fmt' = nan"),
+        (lambda t, a: Reward(value=1.0, correct=True, parts={"fmt": "x"}), "returned part 'fmt' = 'x'"),
+    ],
+)
+def test_a_reward_that_fails_is_named_in_one_line(reward, needle):
+    from rpgrl.trainer.loop import RewardFailed
+
+    with pytest.raises(RewardFailed) as e:
+        loop.score(reward, "mine", ["1", "b"], ["1", "2"])
+    assert e.value.args[0].startswith("reward 'mine' on sample ") and needle in e.value.args[0]
+    assert "\n" not in e.value.args[0]
+
+
+def test_reward_values_and_parts_as_numpy_and_torch_scalars_are_taken():
+    import numpy as np
+
+    def scalars(t, a):
+        return Reward(value=np.float32(0.5) if t == "a" else torch.tensor(2.0), correct=t == "a",
+                      parts={"p": np.int64(3)})  # fmt: skip
+
+    rewards, correct, parts = loop.score(scalars, "s", ["a", "b"], ["1", "2"])
+    assert rewards.tolist() == [0.5, 2.0] and correct.tolist() == [True, False]
+    assert parts["p"].tolist() == [3.0, 3.0]
+
+
+_FAIL = {"on": False}
+
+
+def _fails_when_on(text, answer):
+    ok = len(text) % 2 == 0
+    return Reward(value=float("nan") if _FAIL["on"] else float(ok) + 0.01 * len(text), correct=ok)
+
+
+def test_a_reward_failing_mid_run_keeps_the_steps_before_and_the_resume_is_the_run_never_stopped(tmp_path):
+    """A NaN reward at step 3 of a run checkpointed every 20 steps exited 2 with no checkpoint: the two finished
+    steps were lost and --resume started over (a review's). The run is saved at step 2, with the data and random
+    streams where step 3 began, so the resume's weights equal an uninterrupted run's, bit for bit."""
+    from rpgrl.errors import UsageError
+    from rpgrl.rewards import REWARDS, register_reward
+
+    if "test_fails_when_on" not in REWARDS:
+        register_reward("test_fails_when_on")(_fails_when_on)
+    cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "4"), ("train.checkpoint_every", "20"))
+    weights = {}
+
+    def keep(name):
+        return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
+
+    _FAIL.update(on=False)
+    loop.train(cfg, tmp_path / "whole", on_step=keep("whole"))
+    out = tmp_path / "resumed"
+    with pytest.raises(
+        UsageError, match=r"returned nan: .*; the run is saved at step 2: fix the reward, then --resume"
+    ):
+        loop.train(cfg, out, on_step=lambda step, st: _FAIL.update(on=step == 2))  # NaN from step 3's first sample
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+    assert latest_checkpoint(out / "checkpoints").name == "step-000002"
+    _FAIL.update(on=False)
+    loop.train(cfg, out, resume=True, on_step=keep("resumed"))
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert weights["whole"].keys() == weights["resumed"].keys()
+    assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
 
 
 @pytest.mark.parametrize("value", [1e39, -3e38, 1.01e15, float("inf")])
@@ -254,7 +334,7 @@ def test_a_reward_too_large_for_the_advantages_names_the_sample(value):
     def big(text, answer):
         return Reward(value=value if text == "c" else 0.0, correct=False)
 
-    with pytest.raises(UsageError, match=re.escape(f"returned {value} for sample 2 (response 'c'): rewards must be "
+    with pytest.raises(UsageError, match=re.escape(f"on sample 2 (response 'c') returned {value}: rewards must be "
                                                    "finite with |r| <= 1e+15")):  # fmt: skip
         loop.score(big, "big", ["a", "b", "c"], ["1", "2", "3"])
     rewards, _, _ = loop.score(lambda t, a: Reward(value=-(2.0**49), correct=True), "edge", ["a"], ["1"])
@@ -953,3 +1033,27 @@ def test_the_collapse_guard_stops_after_patience_steps_without_a_correct_respons
     loop.train(tiny(("train.max_steps", "4"), ("train.collapse_patience", "1")), tmp_path / "parity")
     rows = read_metrics(tmp_path / "parity" / "metrics.jsonl")
     assert all(r["reward/correct"] > 0 for r in rows) and len(rows) == 4  # correct responses: never stopped
+
+
+def test_a_resume_past_the_end_sets_the_old_end_aside(tmp_path):
+    """Extended with --resume and stopped again, a run kept the old end's model/, summary.json and curves.png: an
+    evaluation of OUT/model took step 2's weights for the run's (a review's). The old model is kept as
+    model-step2/ (its bytes unchanged); the new end writes model/ and the summary again."""
+    out = tmp_path / "run"
+    loop.train(tiny(("train.max_steps", "2")), out)
+    old = {p.name: p.read_bytes() for p in (out / "model").iterdir()}
+
+    def stop_at_3(step, st):
+        if step == 3:
+            assert not (out / "model").exists() and not (out / "summary.json").exists()
+            assert not (out / "curves.png").exists()
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(tiny(("train.max_steps", "4")), out, resume=True, on_step=stop_at_3)
+    assert {p.name: p.read_bytes() for p in (out / "model-step2").iterdir()} == old
+    summary = loop.train(tiny(("train.max_steps", "4")), out, resume=True)
+    assert summary["steps"] == 4 and json.loads((out / "summary.json").read_text())["steps"] == 4
+    assert (out / "curves.png").is_file() and (out / "model" / "model.safetensors").is_file()
+    assert (out / "model" / "model.safetensors").read_bytes() != old["model.safetensors"]
+    assert {p.name: p.read_bytes() for p in (out / "model-step2").iterdir()} == old

@@ -49,11 +49,12 @@ SUITE_VERSION = 1
 
 WARM_START_PATH = "<warm start>"
 
-ADDED_FIELDS = {("loss", "max_log_w"): None, ("rollout", "decode"): "auto"}
+ADDED_FIELDS = {("loss", "max_log_w"): None, ("rollout", "decode"): "auto", ("data", "truncation"): "error"}
 """config fields added after SUITE_VERSION's runs: left out of the key at these (their default) values, so a new
 field that changes nothing does not invalidate the cache. rollout.decode 'auto' samples through the static-cache
 decode, which computes the same distribution as the transformers path the cached runs used (tests/test_decode.py:
-the same tokens under a fixed seed, log-probs equal to float rounding)."""
+the same tokens under a fixed seed, log-probs equal to float rounding); data.truncation 'error' refuses what the
+synthetic task's prompts never are (longer than data.max_prompt_length)."""
 
 
 @dataclass(frozen=True)

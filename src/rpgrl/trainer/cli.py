@@ -25,6 +25,8 @@ from rpgrl.errors import Diverged, TermAsInterrupt, UsageError, interrupt_signal
 from rpgrl.presets import get_preset, preset_table
 from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
+# A config.json written before data.truncation existed: its run cut long prompts from the left
+BEFORE_TRUNCATION = dataclasses.replace(Config(), data=dataclasses.replace(Config().data, truncation="left"))
 USAGE = "usage: rpgrl train [PRESET] [--out DIR] [--max-steps N] [--seed S] [--resume] [--section.field VALUE ...]"
 SHORTCUTS = {"max-steps": "train.max_steps", "max_steps": "train.max_steps", "seed": "train.seed"}
 
@@ -87,7 +89,7 @@ def resolve_config(args: Args) -> tuple[Config, str, Config]:
         raise UsageError(f"--resume: no run to resume in {args.out} (no config.json: a run stopped in its first "
                              "seconds saved nothing): run its command again without --resume")  # fmt: skip
     try:
-        saved = config_from_dict(json.loads(saved_file.read_text()))
+        saved = config_from_dict(json.loads(saved_file.read_text()), base=BEFORE_TRUNCATION)
     except json.JSONDecodeError as e:
         raise UsageError(f"--resume: {saved_file} is not valid JSON ({e})") from None
     except UnicodeDecodeError as e:

@@ -31,7 +31,8 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,8 @@ def train(
         except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
             if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
                 tracker.close()
+                if run.final_aside is not None:
+                    os.replace(run.final_aside, run.out / "model")
                 _restore_files(run.out, kept)
                 _remove_new(run.out, existing)  # e.g. its TensorBoard events, whose purge step would hide later rows
             raise
@@ -138,7 +141,7 @@ def train(
 DIVERGED_HINT = "lower optim.lr; or loss.beta, optim.weight_decay or the reward's scale, if large"
 
 # What a resume rewrites before its first step (the new config; metrics and evaluations cut back to the checkpoint)
-RESUME_REWRITES = ("config.json", "metrics.jsonl", "eval.jsonl", "summary.json")
+RESUME_REWRITES = ("config.json", "metrics.jsonl", "eval.jsonl", "summary.json", "curves.png")
 
 
 def _check_unchanged(run: Run, resume: bool) -> None:
@@ -228,11 +231,37 @@ def prepare_run_dir(run: Run):
     if resumed and 0 < run.start_step == cfg.train.max_steps:  # only the end-of-run phase is left: it reuses the
         kept = [r for r in read_metrics(out / "eval.jsonl") if r["step"] == run.start_step]  # step's periodic row
         run.last_eval = {k: math.nan if v is None else v for k, v in kept[-1].items()} if kept else None
+    if resumed and run.start_step < cfg.train.max_steps:
+        _set_aside_the_end(run)
     _print_config(cfg, out)
     if resumed:
         fallback = f"; newer checkpoints do not load, skipped: {', '.join(run.skipped)}" if run.skipped else ""
         print0(f"resuming from {run.checkpoint} (step {run.start_step}){fallback}")
     return tracker
+
+
+def _set_aside_the_end(run: Run) -> None:
+    """A resume that trains on past a finished run's end: the end's files describe a step the run leaves (stopped
+    again, `rpgrl eval --model OUT/model` took the old end's weights for the new run's). summary.json and curves.png
+    go (put back, as RESUME_REWRITES, if the resume fails before saving); the exported model is kept, renamed
+    `model-step<N>/` (N: the step summary.json gives it)."""
+    out = run.out
+    if (out / "model").is_dir():
+        try:
+            step = int(json.loads((out / "summary.json").read_text())["steps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            step = None
+        name = "model-previous" if step is None else f"model-step{step}"
+        aside, n = out / name, 1
+        while aside.exists():
+            n += 1
+            aside = out / f"{name}-{n}"
+        os.replace(out / "model", aside)
+        run.final_aside = aside
+        print0(f"--resume: the run trains on past its end, so its exported model is now {aside.name}/ (model/ is "
+               "written again at the new end)")  # fmt: skip
+    for name in ("summary.json", "curves.png"):
+        _remove(out / name)
 
 
 def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
@@ -274,15 +303,17 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
         drawn = run.stream.state_dict(), rng_state(run.generator)  # where this step's draws start
         try:
             row = training_step(run, step)
-        except FillExhausted as e:  # nothing of this step was applied: keep the run up to the previous one, with
-            run.stream.load_state_dict(drawn[0])  # the data and random streams before the batches it gave up on
-            set_rng_state(drawn[1], run.generator)  # (a resume then continues as a run never stopped would)
-            _save(run, step - 1)
+        except (FillExhausted, RewardFailed) as e:  # raised while sampling and scoring: nothing of this step was
+            run.stream.load_state_dict(drawn[0])  # applied. The run is kept up to the previous step, with the data
+            set_rng_state(drawn[1], run.generator)  # and random streams before this one's draws (a resume then
+            if step - 1 > run.start_step or not (run.saved or run.checkpoint):  # continues as a run never stopped
+                _save(run, step - 1)  # would); else that step's checkpoint exists (a resume's is put back as found)
             progress.close()
             metrics_file.close()
             tracker.close()
-            raise UsageError(f"{e}; the run is saved at step {step - 1}: continue with --resume and a larger "
-                             "--rollout.max_gen_batches") from None  # fmt: skip
+            then = ("fix the reward, then --resume" if isinstance(e, RewardFailed) else
+                    "continue with --resume and a larger --rollout.max_gen_batches")  # fmt: skip
+            raise UsageError(f"{e}; the run is saved at step {step - 1}: {then}") from None
         metrics_file.write(row)
         tracker.log(row)
         progress.update(row)
@@ -537,21 +568,55 @@ def _scatter_rows(pieces: list, field: int, mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
+class RewardFailed(UsageError):
+    """The reward function failed on a sample: it raised, returned no Reward, or a value or part that is not a finite
+    number. Raised while scoring, before the step's update: the run can be kept at the step before."""
+
+
+def _number(v: Any) -> float | None:
+    """`v` as a float (numpy and torch scalars included), or None for what is not a number (a str, None, a list)."""
+    if isinstance(v, (str, bytes)) or v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _reward(reward_fn: Callable, name: str, i: int, text: str, ans: str) -> tuple[float, bool, dict[str, float]]:
+    """One sample's (value, correct, parts), each checked; RewardFailed naming the sample otherwise."""
+    where = f"reward {name!r} on sample {i} (response {text[:60]!r})"
+    try:
+        r = reward_fn(text, ans)
+    except Exception as e:  # the user's reward code: its error and where, in one line
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        raise RewardFailed(f"{where} raised {type(e).__name__}: {first_line(e)} ({frame.filename}:{frame.lineno})"
+                           ) from None  # fmt: skip
+    value, parts = _number(getattr(r, "value", None)), getattr(r, "parts", None)
+    if value is None or not hasattr(r, "correct") or not isinstance(parts, Mapping):
+        raise RewardFailed(f"{where} returned {first_line(repr(r))[:80]}: a reward function returns "
+                           "rpgrl.rewards.Reward(value: float, correct: bool, parts: dict of floats)")  # fmt: skip
+    if not abs(value) <= REWARD_LIMIT:  # NaN, inf, or so large that the advantages' float32 sums overflow
+        raise RewardFailed(f"{where} returned {value}: rewards must be finite with |r| <= {REWARD_LIMIT:g} "
+                           "(advantages square them in float32)")  # fmt: skip
+    numbers = {k: _number(v) for k, v in parts.items()}
+    bad = [k for k, v in numbers.items() if v is None or not math.isfinite(v)]
+    if bad:  # it would reach the step's metrics as a NaN, and read as a diverged run
+        raise RewardFailed(f"{where} returned part {bad[0]!r} = {parts[bad[0]]!r}: parts must be finite numbers")
+    return value, bool(r.correct), numbers
+
+
 def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
-    """Rewards (B,) float32, correctness (B,) bool and summed parts; a reward that is NaN, infinite or above
-    REWARD_LIMIT in size raises UsageError naming the sample."""
+    """Rewards (B,) float32, correctness (B,) bool and summed parts; a reward that raises, returns no Reward, or a
+    value (NaN, infinite or above REWARD_LIMIT in size) or part that is not a finite number raises RewardFailed
+    naming the sample."""
     values, correct, parts = [], [], {}
     for i, (text, ans) in enumerate(zip(texts, answers, strict=True)):
-        r = reward_fn(text, ans)
-        if not abs(r.value) <= REWARD_LIMIT:  # NaN, inf, or so large that the advantages' float32 sums overflow
-            raise UsageError(
-                f"reward {name!r} returned {r.value} for sample {i} (response {text[:60]!r}): rewards "
-                f"must be finite with |r| <= {REWARD_LIMIT:g} (advantages square them in float32)"
-            )
-        values.append(r.value)
-        correct.append(bool(r.correct))
-        for k, v in r.parts.items():
-            parts.setdefault(k, []).append(float(v))
+        value, ok, sample_parts = _reward(reward_fn, name, i, text, ans)
+        values.append(value)
+        correct.append(ok)
+        for k, v in sample_parts.items():
+            parts.setdefault(k, []).append(v)
     return (
         torch.tensor(values, dtype=torch.float32),
         torch.tensor(correct, dtype=torch.bool),

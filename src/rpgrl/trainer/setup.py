@@ -189,17 +189,30 @@ class Task:
     val_problems: list | None = None
 
 
-def encode_prompt(tokenizer, prompt: Any, *, chat: bool, max_length: int) -> list[int]:
+def encode_prompt(tokenizer, prompt: Any, *, chat: bool) -> list[int]:
     """Token ids of one prompt (a string or chat messages): rendered with the chat template when `chat` and the
-    tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS).
-    Left-truncated to `max_length` as verl does."""
+    tokenizer has one (spec 7.5, as `rpgrl eval` does), else the text with the tokenizer's special tokens (BOS)."""
     from rpgrl.data import prompt_text
     from rpgrl.evaluation import encode_messages, encode_text
 
     if chat and getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        return encode_messages(tokenizer, messages, max_length=max_length)
-    return encode_text(tokenizer, prompt_text(prompt))[-max_length:]
+        return encode_messages(tokenizer, messages)
+    return encode_text(tokenizer, prompt_text(prompt))
+
+
+def fit_prompt(ids: list[int], d, what: str, prompt: Any) -> list[int]:
+    """`ids` within data.max_prompt_length: refused (UsageError naming the prompt) or left-truncated, as
+    data.truncation says (verl's truncation=error / left: a cut prompt can lose its question)."""
+    if len(ids) <= d.max_prompt_length:
+        return ids
+    if d.truncation == "left":
+        return ids[-d.max_prompt_length :]
+    from rpgrl.data import prompt_text
+
+    raise UsageError(f"{what} ({prompt_text(prompt)[:50]!r}) has {len(ids)} tokens, above data.max_prompt_length "
+                     f"{d.max_prompt_length}: raise it, or pass --data.truncation left (keep each long prompt's last "
+                     f"{d.max_prompt_length} tokens, as verl's truncation=left)")  # fmt: skip
 
 
 def load_task(cfg: Config, tokenizer) -> Task:
@@ -221,10 +234,11 @@ def load_task(cfg: Config, tokenizer) -> Task:
         vp, va = load_prompts(d.val, prompt_key=d.prompt_key, answer_key=d.answer_key) if d.val else ([], [])
         train = val = None
 
-    def enc(prompts):
-        return [encode_prompt(tokenizer, p, chat=chat, max_length=d.max_prompt_length) for p in prompts]
+    def enc(prompts, split):
+        return [fit_prompt(encode_prompt(tokenizer, p, chat=chat), d, f"{split} prompt {i}", p)
+                for i, p in enumerate(prompts)]  # fmt: skip
 
-    return Task(enc(tp), list(ta), enc(vp), list(va), train, val)
+    return Task(enc(tp, "training"), list(ta), enc(vp, "held-out"), list(va), train, val)
 
 
 def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -365,6 +379,7 @@ class Run:
     restart: bool = False  # --resume of a run that stopped before its first checkpoint: it starts over
     newest_seen: Path | None = None  # the newest checkpoint when the run directory was checked (before the lock)
     last_eval: dict | None = None  # the latest periodic evaluation's row (`eval.every`), which `finish` may reuse
+    final_aside: Path | None = None  # a finished run's model/, renamed when a resume trains past its end
 
 
 # Bytes each position of a step's rollouts holds until its update, at the least: token ids and attention mask (int64),
