@@ -235,3 +235,43 @@ def test_float_answers_are_written_as_the_number(tmp_path):
     got = [e.answer for e in load_examples(path)]
     assert got == ["540", "10000000000000000", "0.00001", "0.5", "-3", "2.25"]
     assert math_score("Answer: 540", got[0], "strict") and math_score("Answer: 10000000000000000", got[1], "strict")
+
+
+def test_files_as_users_write_them(tmp_path):
+    """A review's: a pretty-printed JSON array was 'line 1: invalid JSON'; a UTF-8 byte-order mark was refused with
+    Python's advice; a parquet decimal answer was 'must be a string or a number'; a key missing on the first line
+    only was a missing column, with no line; a relative path not found did not say where it was looked for."""
+    rows = [{"prompt": "What is 1+1?", "answer": 2}, {"prompt": "What is 2+3?", "answer": "5"}]
+    (tmp_path / "a.json").write_text(json.dumps(rows, indent=2))
+    assert load_prompts(tmp_path / "a.json") == (["What is 1+1?", "What is 2+3?"], ["2", "5"])
+    (tmp_path / "b.json").write_text(json.dumps([rows[0], "x"], indent=2))
+    one_line_error(load_examples, tmp_path / "b.json", match=r"b.json: row 1: expected a JSON object, got str")
+    (tmp_path / "c.json").write_text('[{"prompt": "a",\n "answer": }]')
+    one_line_error(load_examples, tmp_path / "c.json", match=r"c.json: invalid JSON at line 2 \(Expecting value\)")
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    assert load_prompts(tmp_path / "bom.jsonl") == (["What is 1+1?", "What is 2+3?"], ["2", "5"])
+    from decimal import Decimal
+
+    answers = pa.array([Decimal("42.50"), Decimal("7.00"), Decimal("-0.125")], pa.decimal128(6, 3))
+    table = pa.table({"prompt": ["a", "b", "c"], "answer": answers})
+    pq.write_table(table, tmp_path / "d.parquet")
+    assert load_prompts(tmp_path / "d.parquet")[1] == ["42.5", "7", "-0.125"]
+    path = write_jsonl(tmp_path / "m.jsonl", [{"question": "2+2", "answer": "4"}, {"prompt": "3+3", "answer": "6"}])
+    one_line_error(load_examples, path, match="m.jsonl: line 1: missing 'prompt'")
+    one_line_error(load_examples, "no/such.jsonl", match=r"data file not found: no/such.jsonl \(a relative path, "
+                                                         f"looked for in {Path.cwd()}\\)")  # fmt: skip
+
+
+def test_the_trainer_says_how_many_duplicate_rows_it_drops(tmp_path, capsys):
+    """Duplicates were dropped with a log record nothing showed (a review's): the trainer prints the count."""
+    from rpgrl.config import Config, apply_overrides
+    from rpgrl.models import build_byte_tokenizer
+    from rpgrl.trainer.setup import load_task
+
+    rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(6)]
+    path = write_jsonl(tmp_path / "dup.jsonl", rows + rows[:4])
+    cfg = apply_overrides(Config(), [("data.train", str(path)), ("data.reward", "math01")])
+    task = load_task(cfg, build_byte_tokenizer())
+    assert task.train_answers == [str(2 * i) for i in range(6)]
+    assert f"data: {path}: 4 of 10 rows repeat an earlier row's prompt and answer and are dropped (6 problems)" in \
+        capsys.readouterr().out  # fmt: skip

@@ -21,7 +21,6 @@ JSONL): a missing file or column, an empty file, a malformed row. Needs pyarrow 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import struct
 from collections.abc import Sequence
@@ -31,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from rpgrl.errors import UsageError, first_line
-
-logger = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
 
@@ -102,8 +99,9 @@ def prompt_text(prompt: str | Messages) -> str:
 def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     """Rows of a parquet or JSONL file as plain dicts, and the word used to locate a row in errors."""
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"data file not found: {p}")
+    if not p.exists():  # a relative path is read from where rpgrl runs (a resume elsewhere does not find it)
+        here = "" if p.is_absolute() else f" (a relative path, looked for in {Path.cwd()})"
+        raise UsageError(f"data file not found: {p}{here}")
     if not p.is_file():
         raise UsageError(f"{p} is not a file (pass one .parquet or .jsonl file per argument)")
     suffix = p.suffix.lower()
@@ -123,11 +121,13 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
         return rows, "row"
     if suffix in (".jsonl", ".json", ".ndjson"):
         try:
-            lines = p.read_bytes().split(b"\n")
+            data = p.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
         except OSError as e:  # e.g. no read permission
             raise UsageError(f"cannot read data file {p}: {e.strerror}") from None
+        if suffix == ".json" and data.lstrip().startswith(b"["):  # one JSON array of row objects
+            return _json_array_rows(p, data), "row"
         rows = []
-        for lineno, raw in enumerate(lines, 1):
+        for lineno, raw in enumerate(data.split(b"\n"), 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -146,6 +146,22 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
             rows.append({**row, "__line__": lineno})
         return rows, "line"
     raise UsageError(f"{p}: unsupported data file type {suffix!r} (use .parquet or .jsonl)")
+
+
+def _json_array_rows(p: Path, data: bytes) -> list[dict[str, Any]]:
+    """The rows of a .json file holding one array of objects (a pretty-printed export), 0-based in errors."""
+    try:
+        rows = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{p}: invalid JSON at line {e.lineno} ({e.msg})") from None
+    except (ValueError, RecursionError) as e:
+        raise UsageError(f"{p}: JSON this reader cannot take ({first_line(e)})") from None
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise UsageError(f"{p}: row {i}: expected a JSON object, got {type(row).__name__}")
+    return rows
 
 
 _MISSING = object()
@@ -168,10 +184,11 @@ def _resolve_answer_key(rows: list[dict[str, Any]], answer_key: str) -> str:
 
 
 def _check_columns(path, rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
+    """A key no row has is a missing column; one some rows lack is named at the first such row (`_parse_rows`)."""
     for key in keys:
         top = key.split(".")[0]
-        if top not in rows[0]:
-            have = ", ".join(k for k in rows[0] if k != "__line__")
+        if not any(top in row for row in rows):
+            have = ", ".join(dict.fromkeys(k for row in rows[:100] for k in row if k != "__line__"))
             need = "'answer' or 'reward_model.ground_truth'" if key == "answer" else repr(key)
             raise UsageError(f"{path}: missing column {top!r} (needed for {need}; columns: {have})")
 
@@ -240,11 +257,14 @@ def _number_text(value: float) -> str:
 
 
 def _parse_answer(value: Any, where: str, key: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
         raise UsageError(f"{where}: {key!r} must be a string or a number, got {type(value).__name__}")
-    if isinstance(value, float) and not math.isfinite(value):  # JSON NaN / 1e999, a parquet null as NaN
+    if isinstance(value, (float, Decimal)) and not math.isfinite(value):  # JSON NaN / 1e999, a parquet null as NaN
         raise UsageError(f"{where}: {key!r} is {value}, not an answer")
-    text = _number_text(value) if isinstance(value, float) else str(value)
+    if isinstance(value, Decimal):  # a parquet decimal column: 42.50 is the answer 42.5, 7.00 is 7
+        text = str(int(value)) if value == value.to_integral_value() else format(value.normalize(), "f")
+    else:
+        text = _number_text(value) if isinstance(value, float) else str(value)
     if not text.strip():
         raise UsageError(f"{where}: {key!r} is empty")
     return text
@@ -303,8 +323,12 @@ def load_examples(
             else e
             for e in examples
         ]
-    if not dedupe:
-        return examples
+    return dedupe_examples(examples, path) if dedupe else examples
+
+
+def dedupe_examples(examples: list[Example], path: str | Path) -> list[Example]:
+    """`examples` without the rows whose (prompt text, answer) equals an earlier row's; the same prompt with two
+    answers is a UsageError naming both rows."""
     first: dict[str, Example] = {}
     kept = []
     for e in examples:
@@ -317,8 +341,6 @@ def load_examples(
                 f"{path}: rows {seen.row} and {e.row} have the same prompt but different answers "
                 f"({seen.answer!r} vs {e.answer!r})"
             )
-    if len(kept) < len(examples):
-        logger.info("%s: dropped %d duplicate rows, %d problems left", path, len(examples) - len(kept), len(kept))
     return kept
 
 

@@ -688,3 +688,30 @@ def test_a_prompt_above_max_prompt_length_is_refused_or_cut_as_data_truncation_s
     (out / "config.json").write_text(json.dumps(saved))
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 0
     assert json.loads((out / "config.json").read_text())["data"]["truncation"] == "left"
+
+
+def test_default_run_directories_of_runs_started_together_differ(tmp_path, monkeypatch):
+    """Seeds launched together without --out picked one runs/default-<second> and all but one failed (a review's):
+    the seed is in the name, and a taken name gets -2, -3."""
+    from rpgrl.trainer.cli import default_out
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("time.strftime", lambda fmt: "20261127-190100")
+    assert default_out("default", 3) == "runs/default-20261127-190100-s3"
+    assert default_out("default", 4) == "runs/default-20261127-190100-s4"
+    (tmp_path / "runs" / "default-20261127-190100-s3").mkdir(parents=True)
+    assert default_out("default", 3) == "runs/default-20261127-190100-s3-2"
+    (tmp_path / "runs" / "default-20261127-190100-s3-2").mkdir()
+    assert default_out("default", 3) == "runs/default-20261127-190100-s3-3"
+
+
+def test_a_benchmark_file_with_other_columns_is_named_as_eval_benchmarks(capsys, tmp_path):
+    """With --data.prompt_key question, a benchmark with that column failed as "missing column 'prompt'", without
+    saying that eval.benchmarks was read, nor that data.prompt_key does not apply there (a review's)."""
+    rows = [{"question": "What is 1+1?", "answer": "2"}]
+    data, bench = _jsonl(tmp_path / "d.jsonl", rows), _jsonl(tmp_path / "same.jsonl", rows)
+    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--data.num_"))]
+    err = _fail(capsys, [*args, "--data.train", data, "--data.prompt_key", "question", "--data.reward", "math01",
+                         "--eval.benchmarks", bench, "--out", str(tmp_path / "run")])  # fmt: skip
+    assert f"eval.benchmarks: {bench}: missing column 'prompt'" in err
+    assert "data.prompt_key and data.answer_key apply to data.train and data.val" in err

@@ -153,7 +153,7 @@ def _prepare(argv: list[str]):
     if args.help:
         base = get_preset(args.preset) if args.preset is not None else Config()  # an unknown name: one line, exit 2
         print(f"{USAGE}\n\npresets:\n{preset_table()}\n\noptions:\n"
-              "  --out DIR          run directory (default: runs/PRESET-TIMESTAMP)\n"
+              "  --out DIR          run directory (default: runs/PRESET-TIMESTAMP-sSEED)\n"
               "  --max-steps N      total RL steps (= --train.max_steps)\n"
               "  --seed S           seed (= --train.seed)\n"
               "  --resume           continue the run in DIR up to --max-steps\n\n"
@@ -162,10 +162,21 @@ def _prepare(argv: list[str]):
     if args.out is not None:
         check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
     cfg, name, base = resolve_config(args)
-    out = args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or default_out(name, cfg.train.seed)
     from rpgrl.trainer.loop import train
 
     return cfg, out, args.resume, functools.partial(train, base=base)
+
+
+def default_out(name: str, seed: int) -> str:
+    """runs/PRESET-TIMESTAMP-sSEED, with -2, -3, ... if taken: seeds launched together in one second shared one
+    directory, and all but one failed (a review's)."""
+    stem = f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+    out, n = stem, 1
+    while Path(out).exists():
+        n += 1
+        out = f"{stem}-{n}"
+    return out
 
 
 def _stopped_now(signal_name: str, out: str | None) -> str:

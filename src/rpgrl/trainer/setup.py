@@ -215,6 +215,19 @@ def fit_prompt(ids: list[int], d, what: str, prompt: Any) -> list[int]:
                      f"{d.max_prompt_length} tokens, as verl's truncation=left)")  # fmt: skip
 
 
+def _read_split(path: str, d) -> tuple[list, list[str]]:
+    """(prompts, answers) of a data file, its duplicate rows dropped, and said (they were dropped silently)."""
+    from rpgrl.data import dedupe_examples, load_examples
+    from rpgrl.trainer.log import print0
+
+    rows = load_examples(path, prompt_key=d.prompt_key, answer_key=d.answer_key, dedupe=False)
+    kept = dedupe_examples(rows, path)
+    if len(kept) < len(rows):
+        print0(f"data: {path}: {len(rows) - len(kept)} of {len(rows)} rows repeat an earlier row's prompt and "
+               f"answer and are dropped ({len(kept)} problems)")  # fmt: skip
+    return [e.prompt for e in kept], [e.answer for e in kept]
+
+
 def load_task(cfg: Config, tokenizer) -> Task:
     """The training and held-out prompts: generated (synthetic) or read from JSONL/parquet (`rpgrl.data`)."""
     d = cfg.data
@@ -227,11 +240,9 @@ def load_task(cfg: Config, tokenizer) -> Task:
         tp, ta = [p.prompt for p in train], [p.answer for p in train]
         vp, va = [p.prompt for p in val], [p.answer for p in val]
     else:
-        from rpgrl.data import load_prompts
-
         chat = cfg.model.chat_template
-        tp, ta = load_prompts(d.train, prompt_key=d.prompt_key, answer_key=d.answer_key)
-        vp, va = load_prompts(d.val, prompt_key=d.prompt_key, answer_key=d.answer_key) if d.val else ([], [])
+        tp, ta = _read_split(d.train, d)
+        vp, va = _read_split(d.val, d) if d.val else ([], [])
         train = val = None
 
     def enc(prompts, split):
@@ -306,7 +317,12 @@ def load_benchmarks(cfg: Config) -> list:
     from rpgrl.data import load_benchmark
     from rpgrl.evaluation import _check_names
 
-    return _check_names([load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()])
+    try:
+        return _check_names([load_benchmark(p.strip()) for p in cfg.eval.benchmarks.split(",") if p.strip()])
+    except UsageError as e:  # data.prompt_key / answer_key are the training files' (a review's: not said)
+        keys = ("; benchmark files have the columns prompt and answer (or reward_model.ground_truth), as the "
+                "paper's: data.prompt_key and data.answer_key apply to data.train and data.val")  # fmt: skip
+        raise UsageError(f"eval.benchmarks: {e}{keys if 'missing column' in str(e) else ''}") from None
 
 
 def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, limit: int | None) -> int:
