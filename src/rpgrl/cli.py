@@ -24,6 +24,7 @@ COMMANDS = {
     "eval": ("rpgrl.evaluation", "main", "score a model on AIME/AMC parquet files (mean@k, pass@k, maj@k)"),
     "verify": ("rpgrl.verify", "main", "prove every RPG surrogate exact by enumeration, and the clip row by row"),
     "reproduce": ("rpgrl.reproduce.cli", "main", "rerun the paper's claims at small scale, with seeds and intervals"),
+    "plot": ("rpgrl.trainer.plot", "main", "draw a run's curves (metrics and evaluations) as one PNG, at any time"),
 }
 
 

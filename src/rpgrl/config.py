@@ -77,8 +77,9 @@ class DataConfig:
     """a prompt above data.max_prompt_length: error (refused, naming it; verl's default) or left (keep its last
     tokens, as verl's truncation=left)"""
     reward: str = "synthetic"
-    """reward function name in the rpgrl.rewards registry: synthetic; math (+1/-1) or math01 (1/0) by equivalence;
-    math_strict or math01_strict by the authors' exact rule"""
+    """reward function name in the rpgrl.rewards registry: synthetic (the authors' exact "Answer:" rule, 1/0: what a
+    data file is scored with unless this is set); math (+1/-1) or math01 (1/0) by equivalence; math_strict or
+    math01_strict by the authors' exact rule"""
     shuffle: bool = True
     """reshuffle the training prompts every epoch (seeded by train.seed)"""
 

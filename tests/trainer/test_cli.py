@@ -715,3 +715,24 @@ def test_a_benchmark_file_with_other_columns_is_named_as_eval_benchmarks(capsys,
                          "--eval.benchmarks", bench, "--out", str(tmp_path / "run")])  # fmt: skip
     assert f"eval.benchmarks: {bench}: missing column 'prompt'" in err
     assert "data.prompt_key and data.answer_key apply to data.train and data.val" in err
+
+
+def test_a_resume_says_which_metric_rows_were_deleted_or_cut(capsys, finished_run, tmp_path):
+    """A metrics.jsonl deleted, or cut mid-line, since it was written: the resume wrote the later steps and said
+    nothing of the rows it cannot write again (a review's)."""
+    import shutil
+
+    for name, cut in (("gone", None), ("cut", 1)):
+        run = tmp_path / name
+        shutil.copytree(finished_run, run)
+        lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+        if cut is None:
+            (run / "metrics.jsonl").unlink()
+        else:  # step 1's row whole, step 2's cut in the middle
+            (run / "metrics.jsonl").write_text(lines[0] + lines[1][: len(lines[1]) // 2])
+        capsys.readouterr()
+        assert rpgrl_main(["train", "--out", str(run), "--resume", "--max-steps", "3"]) == 0
+        missing = "1-2" if cut is None else "2"
+        assert f"has no row for step {missing} (deleted or cut since it was written); the run goes on from step 3" \
+            in capsys.readouterr().out  # fmt: skip
+        assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == ([3] if cut is None else [1, 3])

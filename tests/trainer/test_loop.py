@@ -1057,3 +1057,44 @@ def test_a_resume_past_the_end_sets_the_old_end_aside(tmp_path):
     assert (out / "curves.png").is_file() and (out / "model" / "model.safetensors").is_file()
     assert (out / "model" / "model.safetensors").read_bytes() != old["model.safetensors"]
     assert {p.name: p.read_bytes() for p in (out / "model-step2").iterdir()} == old
+
+
+def test_a_stopped_run_has_its_curves_and_rpgrl_plot_draws_any_run(tmp_path, capsys):
+    """curves.png was drawn at a run's end only (a stopped run had none) from metrics.jsonl only (the evaluations
+    before RL and at the end, in eval.jsonl, never showed); there was no command to draw a run (a review's)."""
+    import signal
+
+    from rpgrl.cli import main as rpgrl_main
+    from rpgrl.trainer.plot import run_rows
+    from rpgrl.trainer.rundir import Interrupted, StopSignals
+
+    stop, out = StopSignals(), tmp_path / "run"
+
+    def signal_at_2(step, st):  # seen at the end of the next step
+        if step == 1:
+            stop.received = signal.SIGTERM
+
+    with pytest.raises(Interrupted, match="after step 2"):
+        loop.train(tiny(("train.max_steps", "4"), ("eval.every", "2")), out, stop=stop, on_step=signal_at_2)
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    loop.train(tiny(("train.max_steps", "4"), ("eval.every", "2")), out, resume=True)
+    rows = run_rows(out)
+    evals = [r["step"] for r in rows if "eval/accuracy" in r]
+    assert evals == [0, 2, 4] == [r["step"] for r in read_metrics(out / "eval.jsonl")]  # before RL, periodic, final
+    assert [r["step"] for r in rows if "eval/accuracy" not in r] == [1, 2, 3, 4]
+    (out / "curves.png").unlink()
+    capsys.readouterr()
+    assert rpgrl_main(["plot", str(out)]) == 0 and (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert rpgrl_main(["plot", str(out), "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").is_file() and not list(out.glob(".*part*"))
+    for argv, needle in (([str(tmp_path)], "holds no metrics.jsonl or eval.jsonl: not a run directory"),
+                         ([str(out), "--out"], "--out needs a file name"), ([], None),
+                         ([str(out), str(out)], "expected one run directory, got 2"),
+                         ([str(out), "--out", str(tmp_path / "no" / "c.png")], "No such file")):  # fmt: skip
+        capsys.readouterr()
+        code = rpgrl_main(["plot", *argv])
+        err = capsys.readouterr().err
+        if needle is None:  # usage
+            assert code == 0
+            continue
+        assert code == 2 and err.startswith("rpgrl plot: error: ") and needle in err and err.count("\n") == 1, err

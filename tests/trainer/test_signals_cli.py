@@ -69,7 +69,7 @@ def test_a_signal_while_the_final_files_are_written_lets_the_run_finish(tmp_path
     """Was: "stopping at the end of this step", then the run finished with exit 0 and no stop: the line now says
     the run is complete, and the run is."""
     out = tmp_path / "run"
-    done = _child(["train", "--out", str(out), *ARGS], target="rpgrl.trainer.loop.plot_metrics")
+    done = _child(["train", "--out", str(out), *ARGS], target="rpgrl.trainer.loop.plot_run")
     assert done.returncode == 0, done.stderr
     assert "rpgrl train: SIGTERM: the run is complete, writing its model, curves and summary first" in done.stderr
     assert "stopping at the end of this step" not in done.stderr

@@ -184,6 +184,22 @@ def truncate_metrics(path: Path, step: int, keep: Callable[[dict], bool] | None 
     write_text_atomic(path, "".join(json.dumps(json_safe(r), allow_nan=False) + "\n" for r in rows))
 
 
+def missing_steps(path: Path, step: int) -> str | None:
+    """The steps 1..`step` with no row in the metrics file `path` (deleted or cut by hand: a resume cannot write
+    them again), as ranges ("3-4, 7"); None when every one is there."""
+    have = {r.get("step") for r in read_metrics(path)} if Path(path).is_file() else set()
+    gone = [s for s in range(1, step + 1) if s not in have]
+    if not gone:
+        return None
+    runs: list[list[int]] = []
+    for s in gone:
+        if runs and runs[-1][1] == s - 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Progress bar and plot
 

@@ -59,14 +59,15 @@ from rpgrl.trainer.log import (
     Progress,
     json_safe,
     mean_over_steps,
+    missing_steps,
     non_finite,
-    plot_metrics,
     print0,
     read_metrics,
     reduce_micro,
     to_floats,
     truncate_metrics,
 )
+from rpgrl.trainer.plot import plot_run
 from rpgrl.trainer.reference import Anchor, anchor_kl
 from rpgrl.trainer.rundir import Interrupted, RunLock, StopSignals
 from rpgrl.trainer.setup import (  # noqa: F401 - re-exported: loop.build_model etc. are used by name
@@ -227,6 +228,10 @@ def prepare_run_dir(run: Run):
     (out / "checkpoints").mkdir(exist_ok=True)  # after it is resumed. Made now: a missing folder means deleted ones
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
     truncate_metrics(out / "metrics.jsonl", run.start_step)
+    gone = missing_steps(out / "metrics.jsonl", run.start_step) if resumed else None
+    if gone:  # the file was deleted or cut by hand: said, since every step is otherwise logged exactly once
+        print0(f"--resume: {out / 'metrics.jsonl'} has no row for step {gone} (deleted or cut since it was written); "
+               f"the run goes on from step {run.start_step + 1}")  # fmt: skip
     truncate_metrics(out / "eval.jsonl", run.start_step, keep=lambda r: not r.get("final"))
     if resumed and 0 < run.start_step == cfg.train.max_steps:  # only the end-of-run phase is left: it reuses the
         kept = [r for r in read_metrics(out / "eval.jsonl") if r["step"] == run.start_step]  # step's periodic row
@@ -334,6 +339,7 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
             progress.close()
             metrics_file.close()
             tracker.close()
+            _draw_stopped(run.out)
             raise Interrupted(stop.received, step, run.out)
         if stopped:
             break
@@ -416,7 +422,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
     if stop is not None:
         stop.finishing()  # a signal from here on: the few seconds left finish the run (exit 0), not a stop
     _export(run.model, run.tokenizer, out / "model", progress=cfg.train.progress)
-    plot_metrics(read_metrics(out / "metrics.jsonl"), out / "curves.png")
+    plot_run(out)
     summary = {
         "steps": step,
         "start_accuracy": state.start_accuracy,
@@ -725,12 +731,21 @@ def minibatches(group: torch.Tensor, prompts_per_mb: int | None) -> list[torch.T
     return list(rows.split(sizes))
 
 
+def _draw_stopped(out: Path) -> None:
+    """curves.png of a run a signal stops (drawn at the end only, a stopped run had none): never in the stop's way."""
+    try:
+        plot_run(out)
+    except Exception:  # noqa: BLE001 - a picture is not worth a stop that fails
+        pass
+
+
 def _stop_if_signalled(stop: StopSignals | None, step: int, out: Path, tracker=None) -> None:
     """Raise `Interrupted` if a SIGTERM/SIGINT arrived (the checkpoint of `step` is already written), closing the
     experiment tracker first."""
     if stop is not None and stop.received is not None:
         if tracker is not None:
             tracker.close()
+        _draw_stopped(out)
         raise Interrupted(stop.received, step, out)
 
 

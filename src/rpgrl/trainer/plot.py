@@ -1,0 +1,78 @@
+"""`rpgrl plot RUN_DIR [--out FILE]`: a run's curves as one PNG, from its metrics.jsonl and eval.jsonl.
+
+The trainer draws `curves.png` at the end of a run and when a signal stops it; this command draws it at any time,
+from a run in progress too (it only reads the run's files; the picture is written whole, by a rename). The held-out
+and benchmark evaluations come from eval.jsonl (before RL, periodic and final), everything else from metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from rpgrl.errors import UsageError, one_line
+
+USAGE = "usage: rpgrl plot RUN_DIR [--out FILE]   (FILE: default RUN_DIR/curves.png)"
+
+
+def run_rows(out: Path) -> list[dict]:
+    """The rows to plot: each training step's metrics without their evaluation keys, then every evaluation (the
+    evaluation rows also hold the step-0 and final ones, which metrics.jsonl has not)."""
+    from rpgrl.trainer.log import read_metrics
+
+    steps = read_metrics(out / "metrics.jsonl") if (out / "metrics.jsonl").is_file() else []
+    evals = read_metrics(out / "eval.jsonl") if (out / "eval.jsonl").is_file() else []
+    return [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in steps] + evals
+
+
+def plot_run(out: Path, png: Path | None = None) -> Path | None:
+    """Draw the run in `out` to `png` (default out/curves.png), written whole; None without rows or matplotlib."""
+    from rpgrl.trainer.log import plot_metrics
+
+    png = Path(png) if png is not None else out / "curves.png"
+    part = png.with_name(f".{png.name}.part.png")
+    try:
+        drawn = plot_metrics(run_rows(out), part)
+        if drawn is not None:
+            os.replace(part, png)
+            return png
+        return None
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def main(argv: list[str]) -> int:
+    args = list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    try:
+        png = None
+        if "--out" in args:
+            i = args.index("--out")
+            if i + 1 >= len(args):
+                raise UsageError("--out needs a file name")
+            png = Path(args.pop(i + 1))
+            args.pop(i)
+        if len(args) != 1:
+            raise UsageError(f"expected one run directory, got {len(args)}: {' '.join(args) or 'none'}")
+        out = Path(args[0])
+        if not (out / "metrics.jsonl").is_file() and not (out / "eval.jsonl").is_file():
+            raise UsageError(f"{out} holds no metrics.jsonl or eval.jsonl: not a run directory (rpgrl train --out)")
+        try:
+            import matplotlib  # noqa: F401
+        except ModuleNotFoundError:
+            raise UsageError("plotting needs matplotlib: pip install 'rpgrl[train]'") from None
+        drawn = plot_run(out, png)
+    except UsageError as e:
+        print(f"rpgrl plot: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the picture's folder missing or read-only, a file unreadable
+        print(f"rpgrl plot: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
+        return 2
+    if drawn is None:
+        print(f"rpgrl plot: {out} has no rows to plot yet")
+        return 0
+    print(drawn)
+    return 0
