@@ -461,6 +461,47 @@ EQUIV_TABLE = [
     ),
     ("\\boxed{-1 \\le x \\le 1}", "[-1,1]", True),
     ("\\boxed{-1 < x \\le 1}", "[-1,1]", False),
+    # a value, then a remark that only restates it (a review's: a remark with digits kept a right answer wrong);
+    # the value is judged alone (`540 (37 + 503)` read as 540 x 540 was right for 291600)
+    ("Answer: 540 (37 + 503)", "540", True),
+    ("Answer: 540 (37 + 503)", "291600", False),
+    ("Answer: 540, since 540 = 37 + 503.", "540", True),
+    ("Answer: 540, because m + n = 37 + 503.", "540", True),
+    ("Answer: 540 (i.e., 37 + 503)", "540", True),
+    ("Answer: 540. Indeed, 540 = 20 \\cdot 27.", "540", True),
+    ("Answer: 540 (since 2540 mod 1000 = 540)", "540", True),
+    ("Answer: 540 (37 + 504)", "540", False),  # ... not a remark with another value
+    ("Answer: 540 (m + n = 541)", "540", False),
+    ("Answer: 540, since 541 is too big", "540", False),
+    ("Answer: 540 (541 if ordered)", "540", False),
+    ("Answer: 5, 7", "5", False),  # a list, a tuple, a product are no remarks
+    ("Answer: (3, 4)", "3", False),
+    ("Answer: (3, 4)", "(3,4)", True),
+    ("Answer: 2 (1 + \\sqrt{2})", "2", False),
+    ("Answer: 2 (1 + \\sqrt{2})", "2+2\\sqrt{2}", True),
+    ("Answer: 540 (mod 1000)", "540", True),
+    # one value boxed or written twice is one answer (a review's: a hedge); several values stay a hedge
+    ("$\\boxed{\\frac{1}{2}}$ or $\\boxed{0.5}$", "\\frac12", True),
+    ("\\boxed{12}, \\boxed{12.0}", "12", True),
+    ("\\boxed{12} \\boxed{12 \\text{ cm}}", "12", True),
+    ("\\boxed{(1,2)}, \\boxed{(1,2)}", "(1,2)", True),
+    ("Answer: $\\frac{1}{2}$ or $0.5$", "\\frac12", True),
+    ("Answer: $\\frac{1}{2}$ (or $0.5$)", "\\frac12", True),
+    ("\\boxed{12}, \\boxed{12.0}, \\boxed{13}", "12", False),
+    ("Answer: $\\frac{1}{2}$ (or $0.6$)", "\\frac12", False),
+    ("Answer: 7, $540$, $540.0$", "540", False),  # a value outside the math groups
+    ("$\\frac12$ / $0.5$", "1", False),  # not their quotient
+    # a unit in text (math-verify drops `12 \\text{ cm}`'s; it read `\\text{12 apples}` as no number)
+    ("\\boxed{12 \\text{ cm}}", "12", True),
+    ("\\boxed{5\\text{ apples}}", "5", True),
+    ("\\boxed{\\text{12 apples}}", "12", True),
+    ("\\boxed{\\text{12 thousand}}", "12", False),
+    # decided against: a box after an answer line is a correction even where it sets a step (the last answer
+    # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
+    ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),
+    ("Answer: 3\n\n(For reference, we set \\boxed{a = 3}.)", "3", True),
+    ("\\boxed{45^\\circ}", "\\frac{\\pi}{4}", False),
+    ("\\boxed{\\frac{\\pi}{4}}", "45^\\circ", False),
 ]
 
 
@@ -570,6 +611,9 @@ def test_without_remarks_and_hedges():
     assert not is_hedge("$540$ (since $m=37$)", "540") and not is_hedge("$540$, $540$", "540")  # one value twice
     assert not is_hedge("4 or 5", "4, 5") and not is_hedge("\\operatorname{lcm}(4, 6)", "12")
     assert clean_answer("x = 1,000") == "x = 1000" and clean_answer("\\{100,200\\}") == "\\{100,200\\}"
+    assert without_remarks("12 \\text{ cm}^2") == "12" and without_remarks("5\\,\\mathrm{kg}") == "5"
+    assert without_remarks("\\text{12 apples}") == "12" and without_remarks("12 \\text{ or more}").endswith("more}")
+    assert clean_answer("\\boxed{7}, \\boxed{7}") == "7" and clean_answer("\\boxed{7}, \\boxed{8}") == "7, 8"
 
 
 def test_extract_and_clean():
@@ -670,6 +714,25 @@ def test_long_whitespace_after_a_label_and_deeply_nested_boxes_take_linear_time(
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 50 * len(response), peak
+
+
+@pytest.mark.parametrize(
+    "text",
+    [" " * 40_000, "1" * 40_000, "\\boxed{" * 40_000, "5" + " " * 40_000 + "\\text{cm}", "1" * 40_000 + " mod ",
+     "5 (" + "1 +" * 13_000 + "1)", "5, since " * 4_000, "or " * 13_000, "\\text{ or }" * 3_000],
+)  # fmt: skip
+def test_remarks_hedges_and_units_take_linear_time(text):
+    """The patterns for restated values, hedges of one value and units, on 40 KB (a remark pattern before them took
+    44 s on 40 KB of spaces in `without_remarks`: it now leaves anything longer than a judged answer alone)."""
+    deadline = time.monotonic() + 1.0
+    t0 = time.process_time()
+    without_remarks(text), _math._values_offered(text), _math._restated_value(text, deadline)
+    for pattern in (_math._STATED, _math._UNIT_AFTER, _math._UNIT_INSIDE, _math._MOD_SIDE, _math._ARITHMETIC):
+        pattern.fullmatch(text)
+    _math._CONNECTIVE.match(text), _math._OR_PARTS.split(text)
+    for response in (text, "Answer: 540 (" + text + ")", "Answer: 540, since " + text, "\\boxed{5} or " + text):
+        math_score(response, "540")
+    assert time.process_time() - t0 < 0.5
 
 
 def test_many_answer_labels_on_one_line_take_linear_time():

@@ -383,10 +383,11 @@ def _label_content(text: str, start: int) -> tuple[str, int]:
 
 
 def clean_answer(answer: str) -> str:
-    """Presentation stripped before the equivalence check: boxes (contents kept, several joined by ", "), math
-    delimiters and a currency `\\$`, markdown emphasis, trailing periods, a trailing percent sign, a trailing degree
-    sign (`°`, `\\degree`), a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)` read as 42), and
-    thousands separators in a number (`1,000`, `x = 1\\,000`; not between elements: `\\{100,200\\}` stays a set).
+    """Presentation stripped before the equivalence check: boxes (contents kept, several distinct ones joined by
+    ", "), math delimiters and a currency `\\$`, markdown emphasis, trailing periods, a trailing percent sign, a
+    trailing degree sign (`°`, `\\degree`), a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)`
+    read as 42), and thousands separators in a number (`1,000`, `x = 1\\,000`; not between elements: `\\{100,200\\}`
+    stays a set).
 
     >>> clean_answer("The answer is $\\\\boxed{1\\\\,000}$.")
     '1000'
@@ -398,7 +399,7 @@ def clean_answer(answer: str) -> str:
         boxed = _boxed_contents(s)
         if not boxed:
             break
-        s = ", ".join(boxed)
+        s = ", ".join(dict.fromkeys(boxed))  # a value boxed twice is one value: \boxed{12} ... \boxed{12}
     s = _TEXT_LABEL.sub("", s)  # \boxed{\text{Final Answer: } 540}: the label is no part of the answer
     if len(s) <= MAX_ANSWER_CHARS:  # (a longer answer is judged wrong; `rpgrl eval`'s vote still groups it)
         s = repeating_to_fraction(unicode_to_latex(s))
@@ -464,7 +465,10 @@ def reject_reason(answer: str) -> str | None:
 
 def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> bool:
     """equiv mode. A final answer (`extract_final_answer`) that hedges (`is_hedge`: `540 or 541`, `$540$, $541$`
-    for 540) is wrong; otherwise it is correct iff any of, in order:
+    for 540) is wrong unless every value it offers equals the ground truth (one value written twice: `\\boxed{12}`
+    then `\\boxed{12.0}`, `$\\frac{1}{2}$ or $0.5$`; `_offers_one_value`). An answer that states a value and then
+    only restates it (`540 (37 + 503)`, `540, since 540 = 4 \\cdot 135`; `_restated_value`) is that value.
+    Otherwise it is correct iff any of, in order:
 
     1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct where both
        read the same answer, hedges aside: the authors' rules read a hedge's first `$...$` pair or its last `=`);
@@ -472,23 +476,109 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     3. both are integers and equal as integers;
     4. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s;
     and 2-4 again with what a grader reads past left out (`without_remarks`: `The answer is 113`, `(C) 7`,
-    `540 (the remainder)`, `540;`).
+    `540 (the remainder)`, `540;`, `12 \\text{ cm}`).
 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
     """
     answer = _final_answer_raw(response)  # unstripped, exactly as strict mode normalises its own
-    if answer is not None and len(answer) <= MAX_ANSWER_CHARS and is_hedge(answer, ground_truth):
-        return False
     # (no shortcut through the authors' rule on the whole text: where it reads another label than this answer, a
     # response was right for two values, `Answer: 42` then `**Answer**: 41`)
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
+    gold = clean_answer(ground_truth)
+    deadline = time.monotonic() + timeout  # every math-verify call below shares the one budget
+    if is_hedge(answer, ground_truth):
+        return _offers_one_value(answer, gold, deadline)
     if normalize_answer(answer) == normalize_answer(ground_truth):
         return True
-    pred, gold = clean_answer(answer), clean_answer(ground_truth)
-    deadline = time.monotonic() + timeout  # every math-verify call below shares the one budget
-    return any(_cleaned_equivalent(p, gold, deadline) for p in dict.fromkeys((pred, without_remarks(pred))) if p)
+    pred = clean_answer(answer)
+    candidates = [p for p in dict.fromkeys((pred, without_remarks(pred))) if p]
+    for p in candidates:  # a restated value is judged alone (`540 (37 + 503)` also reads as 540 x 540)
+        if (value := _restated_value(p, deadline)) is not None:
+            return _cleaned_equivalent(value, gold, deadline)
+    return any(_cleaned_equivalent(p, gold, deadline) for p in candidates)
+
+
+MAX_OFFERED = 8  # a hedge offering more values is wrong without a look
+_OR_PARTS = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![A-Za-z\\])or(?![A-Za-z])")  # between a hedge's values
+
+
+def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
+    """Whether every value a hedge (`is_hedge`) offers equals the cleaned ground truth `gold`: one value written
+    more than once is one answer (`\\boxed{12}, \\boxed{12.0}`); a value outside the boxes or math groups, or a
+    second value, keeps it wrong (`\\boxed{12} or \\boxed{13}`, `7, $540$, $540.0$`)."""
+    values = [clean_answer(_unparenthesized(v)) for v in _values_offered(hedge)]
+    return 2 <= len(values) <= MAX_OFFERED and all(v and _cleaned_equivalent(v, gold, deadline) for v in values)
+
+
+def _values_offered(hedge: str) -> list[str]:
+    """The values a hedge offers, raw: the parts around its word "or", else its boxes, else its math groups (none
+    when the text around those boxes or groups holds a digit: another value)."""
+    if _OR_WORD.search(hedge):
+        return _OR_PARTS.split(hedge)
+    boxes = _boxes(hedge)
+    if len(boxes) >= 2:
+        values, outside, pos = [c for _, c in boxes], [], 0
+        for j, c in boxes:
+            outside.append(hedge[pos : hedge.rfind("\\", pos, j)])
+            pos = j + len(c) + 2
+        outside.append(hedge[pos:])
+        outside = "".join(outside)
+    else:
+        values, outside = _MATH_GROUP.findall(hedge), _MATH_GROUP.sub(" ", hedge)
+    return [] if re.search(r"\d", outside) else values
+
+
+def _unparenthesized(value: str) -> str:
+    """`value` without the unmatched parenthesis a hedge's "or" left at its end (`$\\frac{1}{2}$ (or $0.5$)`)."""
+    value = value.strip()
+    if value.endswith("(") and value.count("(") > value.count(")"):
+        return value[:-1]
+    if value.endswith(")") and value.count(")") > value.count("("):
+        return value[:-1]
+    return value
+
+
+# an answer that states a value, then only restates it, as a grader reads it: `540 (37 + 503)`, `540 (i.e., m + n =
+# 37 + 503)`, `540, since 540 = 4 \cdot 135`, `540. Indeed, 540 = 20 * 27`; each side of the restatement with a
+# digit is arithmetic equal to the value, the others name it (`m + n`). Not a list (`5, 7`), a tuple, a product
+# (`2 (1 + \sqrt{2})`), another value (`540 (m + n = 541)`, `540 (not 541)`) or a remark with prose and numbers.
+_STATED = re.compile(r"(?:[A-Za-z]\w*\s*=\s*)?(-?\d+(?:\.\d+)?|-?\\[dt]?frac\{\d+\}\{\d+\})(?=[\s(,.])(.*)", re.S)
+_CONNECTIVE = re.compile(
+    r"(?:since|because|as|i\.\s?e\.|that is|which is|indeed|note(?: that)?|(?:we can |as a )?(?:check(?:ed|ing)?|"
+    r"verif(?:y|ied|ication)))(?![A-Za-z])[\s:,]*",
+    re.IGNORECASE,
+)
+_ARITHMETIC = re.compile(r"(?:[\d\s+\-*/^().{}\[\]]|\\(?:cdot|times|div|[dt]?frac|sqrt|left|right)(?![A-Za-z]))+")
+MAX_RESTATED_SIDES = 4
+_MOD_SIDE = re.compile(r"(\d{1,300})\s*(?:\\bmod|\\mod|mod)\s*\{?(\d{1,300})\}?")  # 2540 mod 1000: AIME's remainders
+
+
+def _restated_value(answer: str, deadline: float) -> str | None:
+    """The value a cleaned `answer` states when the rest only restates it (`_STATED`), else None."""
+    m = _STATED.fullmatch(_END_MARKS.sub("", answer)) if len(answer) <= MAX_ANSWER_CHARS else None
+    if m is None:
+        return None
+    value, rest = m.group(1), m.group(2).strip()
+    if rest.startswith("(") and bracket_end(rest, 0) == len(rest):  # `540 (37 + 503)`, `540 (i.e., 37 + 503)`
+        body = rest[1:-1].strip()
+        body = body[c.end() :] if (c := _CONNECTIVE.match(body)) else body
+    elif c := _CONNECTIVE.match(rest := rest.lstrip(",.").lstrip()):  # `540, since 540 = 37 + 503`
+        body = rest[c.end() :]
+    else:
+        return None
+    sides = [side.strip() for side in body.split("=")]
+    numeric = [_remainder(side) for side in sides if re.search(r"\d", side)]
+    if not numeric or len(sides) > MAX_RESTATED_SIDES or not all(_ARITHMETIC.fullmatch(x) for x in numeric):
+        return None
+    return value if all(_cleaned_equivalent(x, value, deadline) for x in numeric) else None
+
+
+def _remainder(side: str) -> str:
+    """A restatement's side `a mod b` of two integers as the remainder (`2540 mod 1000` -> `540`), else `side`."""
+    m = _MOD_SIDE.fullmatch(side)
+    return str(int(m.group(1)) % int(m.group(2))) if m and int(m.group(2)) else side
 
 
 def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
@@ -563,6 +653,19 @@ _REMARK = re.compile(
 _REVERSED = re.compile(r"(-?\d+(?:\.\d+)?|-?\\frac\{\d+\}\{\d+\})\s*=\s*[A-Za-z][A-Za-z\s+\-]*")
 _END_MARKS = re.compile(r"(?:\s*(?:[.;:!]|\\\\|\u2713|\u2714|\\checkmark|\\blacksquare|\\square|\\qed|\\Box))+$")
 _WRAPPED_NUMBER = re.compile(r"(?:\*|\\(?:text|mathrm|mathbf|textbf)\s*\{)\s*(-?[\d.]+)\s*(?:\*|\})")
+# a number with its unit in text, after it or with it (`12 \text{ cm}^2`, `5\,\mathrm{kg}`, `\text{12 apples}`):
+# math-verify drops a text group but reads none with the number inside; not words that change the value or hedge
+_NUMBER_UNIT = r"(-?\d+(?:\.\d+)?)"
+_UNIT = r"([A-Za-z]+(?:[ /][A-Za-z]+){0,2})"
+_UNIT_AFTER = re.compile(
+    rf"{_NUMBER_UNIT}(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{{\s*{_UNIT}\s*\}}(?:\^\{{?[23]\}}?)?"
+)
+_UNIT_INSIDE = re.compile(rf"\\(?:text|textrm|mbox)\s*\{{\s*{_NUMBER_UNIT}\s+{_UNIT}\s*\}}")
+_NOT_UNITS = frozenset(
+    "or and not if when unless than at least most more less fewer only about approximately roughly nearly almost "
+    "over under each total hundred hundreds thousand thousands million millions billion billions trillion dozen "
+    "dozens percent times".split()
+)
 
 
 def without_remarks(answer: str) -> str:
@@ -570,19 +673,30 @@ def without_remarks(answer: str) -> str:
     `It is`), an AMC choice letter before its value (`(C) 7`, `\\textbf{(C)}\\ 7`), a trailing remark that holds no
     digit or math (`540 (the remainder)`, `540 -- the count`, `540, which is the remainder`) or only assigns values
     (`540 (m = 37)`), end marks (`;`, `!`,
-    `\\\\`, a check mark, `\\blacksquare`), a number in italics or text (`*540*`, `\\text{073}`), the value side of a
-    reversed equation (`540 = m + n`). Tried only after `answer` itself, so it can only turn wrong into right.
+    `\\\\`, a check mark, `\\blacksquare`), a number in italics or text (`*540*`, `\\text{073}`), a unit in text
+    (`12 \\text{ cm}`, `\\text{12 apples}`; not `12 \\text{ thousand}`), the value side of a reversed equation
+    (`540 = m + n`). Tried only after `answer` itself, so it can only turn wrong into right.
 
     >>> without_remarks("The answer is 113"), without_remarks("(C) 7"), without_remarks("540 (the remainder);")
     ('113', '7', '540')
     """
+    if len(answer) > MAX_ANSWER_CHARS:  # judged wrong anyway; the remark patterns are quadratic in long spaces
+        return answer
     s = answer[m.end() :] if (m := _ANSWER_IS.match(answer)) else answer
     s = m.group(1) if (m := _REVERSED.fullmatch(s)) else s
     s = s[m.end() :] if (m := _CHOICE.match(s)) else s
     for _ in range(3):  # remarks and marks in any order: 540 (the remainder);  540; (mod) ...
         s = _END_MARKS.sub("", _REMARK.sub("", s)).strip()
     m = _WRAPPED_NUMBER.fullmatch(s)
-    return m.group(1) if m else s
+    return m.group(1) if m else _without_unit(s)
+
+
+def _without_unit(s: str) -> str:
+    """The number of `s` when `s` is a number with its unit in text (`_UNIT_AFTER`, `_UNIT_INSIDE`), else `s`."""
+    m = _UNIT_AFTER.fullmatch(s) or _UNIT_INSIDE.fullmatch(s)
+    if m is None or _NOT_UNITS.intersection(m.group(2).lower().replace("/", " ").split()):
+        return s
+    return m.group(1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
