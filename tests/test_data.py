@@ -258,6 +258,7 @@ def test_files_as_users_write_them(tmp_path):
     assert load_prompts(tmp_path / "d.parquet")[1] == ["42.5", "7", "-0.125"]
     path = write_jsonl(tmp_path / "m.jsonl", [{"question": "2+2", "answer": "4"}, {"prompt": "3+3", "answer": "6"}])
     one_line_error(load_examples, path, match="m.jsonl: line 1: missing 'prompt'")
+    one_line_error(load_examples, tmp_path / "a.jsonl,b.jsonl", match="one file per option: join several into one")
     one_line_error(load_examples, "no/such.jsonl", match=r"data file not found: no/such.jsonl \(a relative path, "
                                                          f"looked for in {Path.cwd()}\\)")  # fmt: skip
 

@@ -101,7 +101,8 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
     p = Path(path)
     if not p.exists():  # a relative path is read from where rpgrl runs (a resume elsewhere does not find it)
         here = "" if p.is_absolute() else f" (a relative path, looked for in {Path.cwd()})"
-        raise UsageError(f"data file not found: {p}{here}")
+        several = "; one file per option: join several into one" if "," in p.name else ""
+        raise UsageError(f"data file not found: {p}{here}{several}")
     if not p.is_file():
         raise UsageError(f"{p} is not a file (pass one .parquet or .jsonl file per argument)")
     suffix = p.suffix.lower()
