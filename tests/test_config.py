@@ -156,8 +156,13 @@ def test_derived_values_are_properties():
         ([("loss.name", "ppo"), ("loss.beta", "0.1")], "only (loss.kl is none): drop loss.beta"),
         ([("loss.name", "dapo"), ("loss.kl_clamp", "10")], "only (loss.name dapo has no KL term): drop loss.kl_clamp"),
         # a KL term weighed by beta 0 trains nothing (`dapo --loss.name grpo --loss.kl k3`: dapo's beta 0)
-        ([("loss.name", "ppo"), ("loss.kl", "k1"), ("loss.beta", "0")], "loss.kl applies to loss.beta > 0 only"),
-        ([("loss.name", "grpo"), ("loss.kl", "k3"), ("loss.beta", "0")], "(loss.beta is 0, so the KL term adds"),
+        ([("loss.name", "ppo"), ("loss.kl", "k1"), ("loss.beta", "0")], "set loss.beta > 0, or drop loss.kl"),
+        # grpo needs loss.kl: the way out is ppo (dropping loss.kl sent the user back here, a review's)
+        (
+            [("loss.name", "grpo"), ("loss.kl", "k3"), ("loss.beta", "0")],
+            "loss.kl k3 with loss.beta 0 adds no KL term (`dapo --loss.name grpo --loss.kl k3`: dapo's beta 0): set "
+            "loss.beta > 0, or use loss.name ppo without loss.kl (GRPO without its KL term)",
+        ),
         ([("loss.analogue", "paper")], "loss.analogue applies to loss.style differentiable"),
         ([("loss.kl_in_clip", "false")], "loss.kl_in_clip applies to loss.style differentiable"),
         # the dual clip's options without it (a review found verl accepting them; the gradient is the default's)
@@ -334,7 +339,7 @@ def test_a_presets_own_kl_and_generation_batch_are_not_refused_as_unused():
     grpo = get_preset("grpo")  # GRPO with its KL weighed by 0: the user's beta, the preset's loss.kl
     check(apply_overrides(grpo, [*common, ("loss.beta", "0")]), base=grpo)
     dapo = get_preset("dapo")  # the user's loss.kl at dapo's beta 0: trains no KL term
-    with pytest.raises(UsageError, match=r"loss.kl applies to loss.beta > 0 only .*drop loss.kl \(got 'k3'\)"):
+    with pytest.raises(UsageError, match=r"loss.kl k3 with loss.beta 0 adds no KL term .*or use loss.name ppo"):
         check(apply_overrides(dapo, [*common, ("loss.name", "grpo"), ("loss.kl", "k3")]), base=dapo)
 
 

@@ -622,8 +622,6 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
             why = "loss.name dapo has no KL term" if lo.name == "dapo" else "loss.kl is none"
             out += [(f"loss.{k}", getattr(lo, k), "a KL term (loss.kl k1, k3 or k3_corrected)", why)
                     for k in ("beta", "kl_clamp") if getattr(lo, k) not in (getattr(LossConfig, k), 0.0)]  # fmt: skip
-        elif lo.beta == 0:  # the KL term is weighed by 0 (`dapo --loss.name grpo --loss.kl k3`: dapo's beta 0)
-            out.append(("loss.kl", lo.kl, "loss.beta > 0", "loss.beta is 0, so the KL term adds nothing"))
         if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
             out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
         return out
@@ -684,6 +682,12 @@ def _check_unused(cfg: Config, base: Config | None = None) -> None:
             f"loss.kl applies to the PPO-family losses with a KL term (ppo, grpo, reinforce_pp), "
             f"not rpg, whose KL term is loss.divergence x loss.beta: drop loss.kl (got {lo.kl!r})"
         )
+    if lo.name != "rpg" and lo.kl is not None and lo.beta == 0 and mine("loss", "kl"):  # weighed by 0: trains none
+        instead = (
+            "use loss.name ppo without loss.kl (GRPO without its KL term)" if lo.name == "grpo" else "drop loss.kl"
+        )
+        raise UsageError(f"loss.kl {lo.kl} with loss.beta 0 adds no KL term (`dapo --loss.name grpo --loss.kl k3`: "
+                         f"dapo's beta 0): set loss.beta > 0, or {instead}")  # fmt: skip
     if cfg.data.val is not None and cfg.synthetic and mine("data", "val"):
         raise UsageError(f"data.val applies to file datasets; the synthetic task generates its own held-out set "
                          f"(data.num_val): drop data.val (got {cfg.data.val!r})")  # fmt: skip

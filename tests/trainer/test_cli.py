@@ -615,7 +615,7 @@ def test_the_preset_reaches_the_runs_own_config_check(tmp_path, monkeypatch):
     data = _jsonl(tmp_path / "t.jsonl", [{"prompt": "1+1", "answer": "2"}])
     argv = ["rpg-urkl-released", "--loss.clip", "none", "--data.train", data, "--data.reward", "math",
             "--model.path", str(tmp_path), "--out", str(tmp_path / "run")]  # fmt: skip
-    cfg, out, resume, train = _prepare(argv)
+    cfg, out, resume, train, _ = _prepare(argv)
     assert train.keywords["base"] == get_preset("rpg-urkl-released")
     seen = {}
 
@@ -688,21 +688,28 @@ def test_a_prompt_above_max_prompt_length_is_refused_or_cut_as_data_truncation_s
     (out / "config.json").write_text(json.dumps(saved))
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 0
     assert json.loads((out / "config.json").read_text())["data"]["truncation"] == "left"
+    (out / "config.json").write_text(json.dumps(saved))  # resumed naming its preset: no field it lacks differs
+    assert rpgrl_main(["train", "default", *common, "--out", str(out), "--resume", "--max-steps", "3"]) == 0
 
 
-def test_default_run_directories_of_runs_started_together_differ(tmp_path, monkeypatch):
-    """Seeds launched together without --out picked one runs/default-<second> and all but one failed (a review's):
-    the seed is in the name, and a taken name gets -2, -3."""
+def test_default_run_directories_of_runs_started_together_differ(tmp_path, monkeypatch, capsys):
+    """Runs launched together without --out picked one runs/default-<second> and all but one failed (a review's;
+    then again for one seed: a name checked free was taken by the time the run created it). The name carries the
+    seed and is claimed by creating it (-2, -3 when taken); a run that writes nothing there removes it again."""
     from rpgrl.trainer.cli import default_out
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("time.strftime", lambda fmt: "20261127-190100")
     assert default_out("default", 3) == "runs/default-20261127-190100-s3"
     assert default_out("default", 4) == "runs/default-20261127-190100-s4"
-    (tmp_path / "runs" / "default-20261127-190100-s3").mkdir(parents=True)
     assert default_out("default", 3) == "runs/default-20261127-190100-s3-2"
-    (tmp_path / "runs" / "default-20261127-190100-s3-2").mkdir()
     assert default_out("default", 3) == "runs/default-20261127-190100-s3-3"
+    assert all((tmp_path / "runs" / n).is_dir() for n in ("default-20261127-190100-s3", "default-20261127-190100-s3-3"))
+    data = tmp_path / "nope.jsonl"  # refused once the run opens it: the claimed directory goes again
+    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--data.num_"))]
+    code = rpgrl_main(["train", "--seed", "5", *args, "--data.train", str(data), "--data.reward", "math01"])
+    assert code == 2 and "data file not found" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "default-20261127-190100-s5").exists()
 
 
 def test_a_benchmark_file_with_other_columns_is_named_as_eval_benchmarks(capsys, tmp_path):
@@ -736,3 +743,18 @@ def test_a_resume_says_which_metric_rows_were_deleted_or_cut(capsys, finished_ru
         assert f"has no row for step {missing} (deleted or cut since it was written); the run goes on from step 3" \
             in capsys.readouterr().out  # fmt: skip
         assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == ([3] if cut is None else [1, 3])
+
+
+def test_a_benchmark_prompt_above_max_prompt_length_is_refused_too(capsys, tmp_path):
+    """data.truncation error covered the training files, while `evaluate` still cut benchmark prompts without a word
+    (a review's): refused before the run, naming the benchmark's prompt; with left they are cut as before."""
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": "What is 1+1?", "answer": "2"}])
+    bench = _jsonl(tmp_path / "bench.jsonl", [{"prompt": "What is 1+1? " * 10, "answer": "2"}])
+    args = [a for a in TINY_ARGS if not a.startswith(("--data.reward", "--data.num_"))]
+    common = [*args, "--data.train", data, "--data.reward", "math01", "--data.max_prompt_length", "60",
+              "--eval.benchmarks", bench, "--eval.samples", "1"]  # fmt: skip
+    err = _fail(capsys, [*common, "--out", str(tmp_path / "run")])
+    assert "bench prompt 0 ('What is 1+1? What is 1+1? What is 1+1? What is 1+1') has 154 tokens, " in err
+    assert "above data.max_prompt_length 60: raise it, or pass --data.truncation left" in err
+    assert rpgrl_main(["train", *common, "--data.truncation", "left", "--max-steps", "1",
+                       "--out", str(tmp_path / "run")]) == 0  # fmt: skip

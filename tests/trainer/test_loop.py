@@ -1030,6 +1030,10 @@ def test_the_collapse_guard_stops_after_patience_steps_without_a_correct_respons
     again = json.loads((tmp_path / "never" / "summary.json").read_text())
     assert again["steps"] == 3 and again["stopped"] == summary["stopped"]
     assert (tmp_path / "never" / "metrics.jsonl").read_text() == first
+    # resumed again: no step runs, so the end's model stays model/ (it was copied aside at every resume: a review's)
+    loop.train(tiny(("data.reward", "test_never"), ("train.max_steps", "8"), ("train.collapse_patience", "3")),
+               tmp_path / "never", resume=True)  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "never").glob("model*")) == ["model"]
     loop.train(tiny(("train.max_steps", "4"), ("train.collapse_patience", "1")), tmp_path / "parity")
     rows = read_metrics(tmp_path / "parity" / "metrics.jsonl")
     assert all(r["reward/correct"] > 0 for r in rows) and len(rows) == 4  # correct responses: never stopped
@@ -1037,8 +1041,8 @@ def test_the_collapse_guard_stops_after_patience_steps_without_a_correct_respons
 
 def test_a_resume_past_the_end_sets_the_old_end_aside(tmp_path):
     """Extended with --resume and stopped again, a run kept the old end's model/, summary.json and curves.png: an
-    evaluation of OUT/model took step 2's weights for the run's (a review's). The old model is kept as
-    model-step2/ (its bytes unchanged); the new end writes model/ and the summary again."""
+    evaluation of OUT/model took step 2's weights for the run's (a review's). The old model and summary are kept as
+    model-step2/ and summary-step2.json (bytes unchanged); the new end writes model/ and the summary again."""
     out = tmp_path / "run"
     loop.train(tiny(("train.max_steps", "2")), out)
     old = {p.name: p.read_bytes() for p in (out / "model").iterdir()}
@@ -1052,6 +1056,7 @@ def test_a_resume_past_the_end_sets_the_old_end_aside(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         loop.train(tiny(("train.max_steps", "4")), out, resume=True, on_step=stop_at_3)
     assert {p.name: p.read_bytes() for p in (out / "model-step2").iterdir()} == old
+    assert json.loads((out / "summary-step2.json").read_text())["steps"] == 2  # the old end's evaluation, kept
     summary = loop.train(tiny(("train.max_steps", "4")), out, resume=True)
     assert summary["steps"] == 4 and json.loads((out / "summary.json").read_text())["steps"] == 4
     assert (out / "curves.png").is_file() and (out / "model" / "model.safetensors").is_file()
@@ -1087,8 +1092,26 @@ def test_a_stopped_run_has_its_curves_and_rpgrl_plot_draws_any_run(tmp_path, cap
     assert rpgrl_main(["plot", str(out)]) == 0 and (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert rpgrl_main(["plot", str(out), "--out", str(tmp_path / "c.png")]) == 0
     assert (tmp_path / "c.png").is_file() and not list(out.glob(".*part*"))
+    assert rpgrl_main(["plot", str(out), f"--out={tmp_path / 'c.pdf'}"]) == 0  # the format its name says
+    assert (tmp_path / "c.pdf").read_bytes()[:4] == b"%PDF"
+    damaged = tmp_path / "damaged"  # rows that are not rows: one line, as a resume names them (were tracebacks)
+    damaged.mkdir()
+    for name, text in (
+        ("metrics.jsonl", b"\xff\xfe\n"),
+        ("metrics.jsonl", b"[1, 2]\n{}\n"),
+        ("eval.jsonl", b"x\n{}\n"),
+    ):
+        (damaged / name).write_bytes(text)
+        capsys.readouterr()
+        assert rpgrl_main(["plot", str(damaged)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rpgrl plot: error: {damaged / name}") and err.count("\n") == 1, err
+        (damaged / name).unlink()
+    (damaged / "metrics.jsonl").write_text('{"reward/mean": 1.0}\n{"step": 1, "reward/mean": 0.5}\n')
+    assert rpgrl_main(["plot", str(damaged)]) == 0  # a row without a step is left out (was KeyError)
     for argv, needle in (([str(tmp_path)], "holds no metrics.jsonl or eval.jsonl: not a run directory"),
                          ([str(out), "--out"], "--out needs a file name"), ([], None),
+                         ([str(out), "--out", "c.jpg2"], "name a picture file (.png, .pdf, .svg)"),
                          ([str(out), str(out)], "expected one run directory, got 2"),
                          ([str(out), "--out", str(tmp_path / "no" / "c.png")], "No such file")):  # fmt: skip
         capsys.readouterr()
@@ -1098,3 +1121,43 @@ def test_a_stopped_run_has_its_curves_and_rpgrl_plot_draws_any_run(tmp_path, cap
             assert code == 0
             continue
         assert code == 2 and err.startswith("rpgrl plot: error: ") and needle in err and err.count("\n") == 1, err
+
+
+def test_a_reward_failing_in_a_periodic_evaluation_keeps_the_step_and_the_resume_trains_as_never_stopped(
+    tmp_path, monkeypatch
+):
+    """The held-out evaluation called the reward unchecked, after the step's update: a raise was a traceback and
+    the steps since the last checkpoint were lost (a review's). The step is saved with its row (its evaluation
+    left out), and the resumed run's weights equal those of a run whose evaluation never failed."""
+    from rpgrl.errors import UsageError
+    from rpgrl.rewards import REWARDS, register_reward
+
+    if "test_fails_when_on" not in REWARDS:
+        register_reward("test_fails_when_on")(_fails_when_on)
+    cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "4"), ("train.checkpoint_every", "20"),
+               ("eval.every", "2"))  # fmt: skip
+    weights, real = {}, loop.run_eval
+
+    def keep(name):
+        return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
+
+    def failing_at_2(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs):
+        _FAIL["on"] = step == 2
+        try:
+            return real(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs)
+        finally:
+            _FAIL["on"] = False
+
+    _FAIL.update(on=False)
+    loop.train(cfg, tmp_path / "whole", on_step=keep("whole"))
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(loop, "run_eval", failing_at_2)
+    with pytest.raises(UsageError, match=r"returned nan: .*; in the evaluation of step 2, which is saved without it"):
+        loop.train(cfg, out)
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+    assert "eval/accuracy" not in read_metrics(out / "metrics.jsonl")[1]
+    assert latest_checkpoint(out / "checkpoints").name == "step-000002"
+    monkeypatch.setattr(loop, "run_eval", real)
+    loop.train(cfg, out, resume=True, on_step=keep("resumed"))
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])

@@ -13,6 +13,7 @@ while the model, curves and summary are written, lets the run finish (0).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -89,7 +90,8 @@ def resolve_config(args: Args) -> tuple[Config, str, Config]:
         raise UsageError(f"--resume: no run to resume in {args.out} (no config.json: a run stopped in its first "
                              "seconds saved nothing): run its command again without --resume")  # fmt: skip
     try:
-        saved = config_from_dict(json.loads(saved_file.read_text()), base=BEFORE_TRUNCATION)
+        saved_dict = json.loads(saved_file.read_text())
+        saved = config_from_dict(saved_dict, base=BEFORE_TRUNCATION)
     except json.JSONDecodeError as e:
         raise UsageError(f"--resume: {saved_file} is not valid JSON ({e})") from None
     except UnicodeDecodeError as e:
@@ -101,7 +103,8 @@ def resolve_config(args: Args) -> tuple[Config, str, Config]:
     cfg = apply_overrides(saved, args.overrides)
     if args.preset is not None:
         fresh = apply_overrides(get_preset(args.preset), args.overrides)
-        differ = _differences(fresh, cfg)
+        recorded = {f"{sec}.{k}" for sec, keys in saved_dict.items() for k in keys}  # (a mapping of mappings: checked)
+        differ = [k for k in _differences(fresh, cfg) if k in recorded]  # a field added since: the file has none
         if differ:
             raise UsageError(
                 f"--resume: preset {args.preset!r} differs from the run saved in {args.out} in "
@@ -121,13 +124,13 @@ def _differences(a: Config, b: Config) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `rpgrl train`; returns the exit code (2 with one line on stderr for bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    out = None
+    out = claimed = None
     try:
         with TermAsInterrupt():  # SIGTERM while the config is checked and torch loads, or a second one in the run
             prepared = _prepare(argv)
             if prepared is None:
                 return 0
-            cfg, out, resume, train = prepared
+            cfg, out, resume, train, claimed = prepared
             with StopSignals() as stop:
                 train(cfg, out, resume=resume, stop=stop)
     except UsageError as e:
@@ -143,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         sig = interrupt_signal(e)
         print(f"rpgrl train: {_stopped_now(sig.name, out)}", file=sys.stderr)
         return 128 + sig
+    finally:
+        if claimed:  # the default run directory, created to claim its name: left only if the run wrote in it
+            with contextlib.suppress(OSError):
+                Path(out).rmdir()  # (fails if not empty)
     return 0
 
 
@@ -162,21 +169,26 @@ def _prepare(argv: list[str]):
     if args.out is not None:
         check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
     cfg, name, base = resolve_config(args)
-    out = args.out or default_out(name, cfg.train.seed)
-    from rpgrl.trainer.loop import train
+    from rpgrl.trainer.loop import train  # (imports first: a signal while they load leaves no directory behind)
 
-    return cfg, out, args.resume, functools.partial(train, base=base)
+    out = args.out or default_out(name, cfg.train.seed)
+    return cfg, out, args.resume, functools.partial(train, base=base), args.out is None
 
 
 def default_out(name: str, seed: int) -> str:
-    """runs/PRESET-TIMESTAMP-sSEED, with -2, -3, ... if taken: seeds launched together in one second shared one
-    directory, and all but one failed (a review's)."""
+    """runs/PRESET-TIMESTAMP-sSEED, with -2, -3, ... if taken, claimed by creating it (one process wins each name):
+    runs launched together in one second shared one directory, and all but one failed (a review's). `main` removes
+    it again if the run writes nothing there."""
     stem = f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+    Path(stem).parent.mkdir(parents=True, exist_ok=True)
     out, n = stem, 1
-    while Path(out).exists():
-        n += 1
-        out = f"{stem}-{n}"
-    return out
+    while True:
+        try:
+            Path(out).mkdir()
+            return out
+        except FileExistsError:
+            n += 1
+            out = f"{stem}-{n}"
 
 
 def _stopped_now(signal_name: str, out: str | None) -> str:

@@ -31,15 +31,14 @@ import math
 import os
 import shutil
 import time
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rpgrl import metrics as M
-from rpgrl.config import REWARD_LIMIT, Config, config_to_dict
+from rpgrl.config import Config, config_to_dict
 from rpgrl.errors import Diverged, UsageError, first_line
 from rpgrl.objectives.checks import LossOverflow
 from rpgrl.objectives.reduce import masked_mean
@@ -70,6 +69,7 @@ from rpgrl.trainer.log import (
 from rpgrl.trainer.plot import plot_run
 from rpgrl.trainer.reference import Anchor, anchor_kl
 from rpgrl.trainer.rundir import Interrupted, RunLock, StopSignals
+from rpgrl.trainer.scoring import RewardFailed, correct_flags, score
 from rpgrl.trainer.setup import (  # noqa: F401 - re-exported: loop.build_model etc. are used by name
     PromptStream,
     Run,
@@ -236,7 +236,7 @@ def prepare_run_dir(run: Run):
     if resumed and 0 < run.start_step == cfg.train.max_steps:  # only the end-of-run phase is left: it reuses the
         kept = [r for r in read_metrics(out / "eval.jsonl") if r["step"] == run.start_step]  # step's periodic row
         run.last_eval = {k: math.nan if v is None else v for k, v in kept[-1].items()} if kept else None
-    if resumed and run.start_step < cfg.train.max_steps:
+    if resumed and run.start_step < cfg.train.max_steps and not _collapsed(cfg, run.state):  # a step will run
         _set_aside_the_end(run)
     _print_config(cfg, out)
     if resumed:
@@ -247,26 +247,33 @@ def prepare_run_dir(run: Run):
 
 def _set_aside_the_end(run: Run) -> None:
     """A resume that trains on past a finished run's end: the end's files describe a step the run leaves (stopped
-    again, `rpgrl eval --model OUT/model` took the old end's weights for the new run's). summary.json and curves.png
-    go (put back, as RESUME_REWRITES, if the resume fails before saving); the exported model is kept, renamed
-    `model-step<N>/` (N: the step summary.json gives it)."""
+    again, `rpgrl eval --model OUT/model` took the old end's weights for the new run's). The exported model and the
+    summary (the final evaluation's only record) are kept, renamed `model-step<N>/` and `summary-step<N>.json` (N:
+    the summary's step); curves.png goes (`rpgrl plot` draws it). If the resume fails before saving, all is put
+    back (`train`; summary.json and curves.png are RESUME_REWRITES)."""
     out = run.out
+    try:
+        step = int(json.loads((out / "summary.json").read_text())["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        step = None
+    tag = "previous" if step is None else f"step{step}"
     if (out / "model").is_dir():
-        try:
-            step = int(json.loads((out / "summary.json").read_text())["steps"])
-        except (OSError, ValueError, KeyError, TypeError):
-            step = None
-        name = "model-previous" if step is None else f"model-step{step}"
-        aside, n = out / name, 1
-        while aside.exists():
-            n += 1
-            aside = out / f"{name}-{n}"
-        os.replace(out / "model", aside)
-        run.final_aside = aside
-        print0(f"--resume: the run trains on past its end, so its exported model is now {aside.name}/ (model/ is "
-               "written again at the new end)")  # fmt: skip
-    for name in ("summary.json", "curves.png"):
-        _remove(out / name)
+        run.final_aside = _free_name(out, f"model-{tag}", "")
+        os.replace(out / "model", run.final_aside)
+        print0(f"--resume: the run trains on past its end, so its exported model is now {run.final_aside.name}/ "
+               "(model/ is written again at the new end)")  # fmt: skip
+    if (out / "summary.json").is_file():
+        os.replace(out / "summary.json", _free_name(out, f"summary-{tag}", ".json"))
+    _remove(out / "curves.png")
+
+
+def _free_name(out: Path, stem: str, suffix: str) -> Path:
+    """out/<stem><suffix>, or with -2, -3, ... before the suffix if taken."""
+    path, n = out / f"{stem}{suffix}", 1
+    while path.exists():
+        n += 1
+        path = out / f"{stem}-{n}{suffix}"
+    return path
 
 
 def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
@@ -308,6 +315,10 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
         drawn = run.stream.state_dict(), rng_state(run.generator)  # where this step's draws start
         try:
             row = training_step(run, step)
+        except EvalRewardFailed as e:  # the step trained: kept, with its row, and resumed after it
+            _give_up_after(run, step, e.row, (metrics_file, tracker, progress))
+            raise UsageError(f"{e}; in the evaluation of step {step}, which is saved without it: fix the reward, "
+                             "then --resume") from None  # fmt: skip
         except (FillExhausted, RewardFailed) as e:  # raised while sampling and scoring: nothing of this step was
             run.stream.load_state_dict(drawn[0])  # applied. The run is kept up to the previous step, with the data
             set_rng_state(drawn[1], run.generator)  # and random streams before this one's draws (a resume then
@@ -348,6 +359,19 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
     progress.close()
     metrics_file.close()
     return step, stopped, time.perf_counter() - rl_begin
+
+
+def _give_up_after(run: Run, step: int, row: dict[str, Any], outputs: tuple) -> None:
+    """Keep a step that trained but cannot go on (its evaluation failed): its row logged, its checkpoint written,
+    the metrics file, tracker and progress bar closed."""
+    metrics_file, tracker, progress = outputs
+    metrics_file.write(row)
+    tracker.log(row)
+    run.state.collapse_run = run.state.collapse_run + 1 if row[M.REWARD_CORRECT] == 0 else 0  # as rl_loop counts
+    _save(run, step)
+    progress.close()
+    metrics_file.close()
+    tracker.close()
 
 
 def _collapsed(cfg: Config, state) -> str | None:
@@ -398,10 +422,21 @@ def training_step(run: Run, step: int) -> dict[str, Any]:
         row["ref/refreshed"] = 1.0
     # (the last step's too, before its checkpoint: a resume that continues past it keeps it, as a run never stopped)
     if cfg.eval.every and step % cfg.eval.every == 0:
-        with _averaged_weights(opt):
-            run.last_eval = run_eval(model, run.tokenizer, run.task, run.benchmarks, cfg, step, run.state, run.out)
+        try:
+            with _averaged_weights(opt):
+                run.last_eval = run_eval(model, run.tokenizer, run.task, run.benchmarks, cfg, step, run.state, run.out)
+        except RewardFailed as e:  # after the update: the step is kept without its evaluation
+            raise EvalRewardFailed(str(e), row) from None
         row.update(run.last_eval)
     return row
+
+
+class EvalRewardFailed(RewardFailed):
+    """The reward failed in a step's periodic evaluation, after its update: `row` is the step's metrics."""
+
+    def __init__(self, message: str, row: dict[str, Any]):
+        super().__init__(message)
+        self.row = row
 
 
 def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_begin: float, stop) -> dict:
@@ -572,62 +607,6 @@ def _scatter_rows(pieces: list, field: int, mask: torch.Tensor) -> torch.Tensor:
     for piece in pieces:
         out[piece[0]] = piece[field]
     return out
-
-
-class RewardFailed(UsageError):
-    """The reward function failed on a sample: it raised, returned no Reward, or a value or part that is not a finite
-    number. Raised while scoring, before the step's update: the run can be kept at the step before."""
-
-
-def _number(v: Any) -> float | None:
-    """`v` as a float (numpy and torch scalars included), or None for what is not a number (a str, None, a list)."""
-    if isinstance(v, (str, bytes)) or v is None:
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _reward(reward_fn: Callable, name: str, i: int, text: str, ans: str) -> tuple[float, bool, dict[str, float]]:
-    """One sample's (value, correct, parts), each checked; RewardFailed naming the sample otherwise."""
-    where = f"reward {name!r} on sample {i} (response {text[:60]!r})"
-    try:
-        r = reward_fn(text, ans)
-    except Exception as e:  # the user's reward code: its error and where, in one line
-        frame = traceback.extract_tb(e.__traceback__)[-1]
-        raise RewardFailed(f"{where} raised {type(e).__name__}: {first_line(e)} ({frame.filename}:{frame.lineno})"
-                           ) from None  # fmt: skip
-    value, parts = _number(getattr(r, "value", None)), getattr(r, "parts", None)
-    if value is None or not hasattr(r, "correct") or not isinstance(parts, Mapping):
-        raise RewardFailed(f"{where} returned {first_line(repr(r))[:80]}: a reward function returns "
-                           "rpgrl.rewards.Reward(value: float, correct: bool, parts: dict of floats)")  # fmt: skip
-    if not abs(value) <= REWARD_LIMIT:  # NaN, inf, or so large that the advantages' float32 sums overflow
-        raise RewardFailed(f"{where} returned {value}: rewards must be finite with |r| <= {REWARD_LIMIT:g} "
-                           "(advantages square them in float32)")  # fmt: skip
-    numbers = {k: _number(v) for k, v in parts.items()}
-    bad = [k for k, v in numbers.items() if v is None or not math.isfinite(v)]
-    if bad:  # it would reach the step's metrics as a NaN, and read as a diverged run
-        raise RewardFailed(f"{where} returned part {bad[0]!r} = {parts[bad[0]]!r}: parts must be finite numbers")
-    return value, bool(r.correct), numbers
-
-
-def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):
-    """Rewards (B,) float32, correctness (B,) bool and summed parts; a reward that raises, returns no Reward, or a
-    value (NaN, infinite or above REWARD_LIMIT in size) or part that is not a finite number raises RewardFailed
-    naming the sample."""
-    values, correct, parts = [], [], {}
-    for i, (text, ans) in enumerate(zip(texts, answers, strict=True)):
-        value, ok, sample_parts = _reward(reward_fn, name, i, text, ans)
-        values.append(value)
-        correct.append(ok)
-        for k, v in sample_parts.items():
-            parts.setdefault(k, []).append(v)
-    return (
-        torch.tensor(values, dtype=torch.float32),
-        torch.tensor(correct, dtype=torch.bool),
-        {k: torch.tensor(v) for k, v in parts.items()},
-    )
 
 
 def collect_batch(model, tokenizer, task: Task, stream: PromptStream, generator, reward_fn, cfg: Config):
@@ -826,7 +805,7 @@ def _accuracy(model, tokenizer, prompts, answers, cfg: Config, k: int, seed: int
         generator=None if seed is None else torch.Generator(device=model_device(model)).manual_seed(seed),
         decode=cfg.rollout.decode,
     )
-    scored = [bool(reward_fn(t, answers[i // k]).correct) for i, t in enumerate(r.texts)]
+    scored = correct_flags(reward_fn, cfg.data.reward, r.texts, [answers[i // k] for i in range(len(r.texts))])
     return sum(scored) / len(scored)
 
 

@@ -13,17 +13,22 @@ from pathlib import Path
 
 from rpgrl.errors import UsageError, one_line
 
-USAGE = "usage: rpgrl plot RUN_DIR [--out FILE]   (FILE: default RUN_DIR/curves.png)"
+USAGE = "usage: rpgrl plot RUN_DIR [--out FILE]   (FILE: default RUN_DIR/curves.png; .png, .pdf, .svg)"
+_FORMATS = ("png", "pdf", "svg")
 
 
 def run_rows(out: Path) -> list[dict]:
     """The rows to plot: each training step's metrics without their evaluation keys, then every evaluation (the
     evaluation rows also hold the step-0 and final ones, which metrics.jsonl has not)."""
-    from rpgrl.trainer.log import read_metrics
+    from rpgrl.trainer.log import check_metrics_file, read_metrics
 
-    steps = read_metrics(out / "metrics.jsonl") if (out / "metrics.jsonl").is_file() else []
-    evals = read_metrics(out / "eval.jsonl") if (out / "eval.jsonl").is_file() else []
-    return [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in steps] + evals
+    rows = {}
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        check_metrics_file(out / name)  # one line naming a row that is not one (not UTF-8, not an object)
+        read = read_metrics(out / name) if (out / name).is_file() else []
+        rows[name] = [r for r in read if isinstance(r.get("step"), int)]
+    steps = [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rows["metrics.jsonl"]]
+    return steps + rows["eval.jsonl"]
 
 
 def plot_run(out: Path, png: Path | None = None) -> Path | None:
@@ -31,7 +36,7 @@ def plot_run(out: Path, png: Path | None = None) -> Path | None:
     from rpgrl.trainer.log import plot_metrics
 
     png = Path(png) if png is not None else out / "curves.png"
-    part = png.with_name(f".{png.name}.part.png")
+    part = png.with_name(f".{png.stem}.part{png.suffix}")  # matplotlib writes the format the suffix names
     try:
         drawn = plot_metrics(run_rows(out), part)
         if drawn is not None:
@@ -49,12 +54,15 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         png = None
+        args = [x for a in args for x in (a.split("=", 1) if a.startswith("--out=") else [a])]  # --out=FILE too
         if "--out" in args:
             i = args.index("--out")
-            if i + 1 >= len(args):
+            if i + 1 >= len(args) or not args[i + 1]:
                 raise UsageError("--out needs a file name")
             png = Path(args.pop(i + 1))
             args.pop(i)
+        if png is not None and png.suffix.lower().lstrip(".") not in _FORMATS:
+            raise UsageError(f"--out {png}: name a picture file ({', '.join('.' + f for f in _FORMATS)})")
         if len(args) != 1:
             raise UsageError(f"expected one run directory, got {len(args)}: {' '.join(args) or 'none'}")
         out = Path(args[0])

@@ -325,13 +325,16 @@ def load_benchmarks(cfg: Config) -> list:
         raise UsageError(f"eval.benchmarks: {e}{keys if 'missing column' in str(e) else ''}") from None
 
 
-def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, limit: int | None) -> int:
-    """Every benchmark prompt encodes (as `rpgrl.evaluation` will encode it) and every prompt the run will sample
-    from fits a vocabulary of `vocab` tokens (None: unknown, not checked): found now, not at the first step or
-    evaluation. Returns the length of the longest prompt (tokens)."""
+def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, cfg: Config) -> int:
+    """Every benchmark prompt encodes (as `rpgrl.evaluation` will encode it), fits data.max_prompt_length as
+    data.truncation says (`fit_prompt`; `evaluate` cuts them with `left`), and every prompt the run will sample from
+    fits a vocabulary of `vocab` tokens (None: unknown, not checked): found now, not at the first step or evaluation.
+    Returns the length of the longest prompt (tokens)."""
     from rpgrl.evaluation import encode_messages
 
-    bench_ids = {b.name: [encode_messages(tokenizer, p.prompt) for p in b.problems[:limit]] for b in benchmarks}
+    limit = cfg.eval.max_problems
+    bench_ids = {b.name: [fit_prompt(encode_messages(tokenizer, p.prompt), cfg.data, f"{b.name} prompt {i}", p.prompt)
+                          for i, p in enumerate(b.problems[:limit])] for b in benchmarks}  # fmt: skip
     every = [task.train_prompts, task.val_prompts, *bench_ids.values()]
     if vocab is not None:
         for name, ids in zip(["training", "held-out", *bench_ids], every, strict=True):
@@ -510,7 +513,7 @@ def open_run(cfg: Config, out: Path, resume: bool, base: Config | None = None) -
         raise UsageError("sft.max_steps > 0 needs the synthetic task (solutions to imitate); set --sft.max_steps 0")
     _check_generation_batch(cfg, len(task.train_prompts))
     benchmarks = load_benchmarks(cfg)
-    longest = _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg.eval.max_problems)
+    longest = _check_prompts(model_vocab(cfg, tokenizer), tokenizer, task, benchmarks, cfg)
     model, tokenizer = build_model(cfg)
     _check_generation_memory(cfg, model, longest)
     if ckpt is None and cfg.sft.max_steps > 0:  # (a token has a character at least: solutions bound their tokens)

@@ -22,6 +22,7 @@ from rpgrl.errors import Diverged
 from rpgrl.rewards import get_reward
 from rpgrl.rollout import make_rollout, sample, token_logprobs
 from rpgrl.trainer.device import clip_grad_norm, fusable, model_device
+from rpgrl.trainer.scoring import correct_flags
 
 if TYPE_CHECKING:
     from rpgrl.config import SFTConfig
@@ -89,7 +90,7 @@ def accuracy(
     finally:
         model.train(was_training)
     answers = [problems[int(g)].answer for g in r.group]
-    return sum(score(text, ans).correct for text, ans in zip(r.texts, answers, strict=True)) / len(r)
+    return sum(correct_flags(score, reward, r.texts, answers)) / len(r)
 
 
 def encode_targets(tokenizer, problems: Sequence[Problem]) -> list[list[int]]:
