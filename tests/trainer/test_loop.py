@@ -360,6 +360,7 @@ def test_file_dataset_with_benchmark_eval(tmp_path):
         ("eval.scoring", "strict"),
         ("eval.every", "1"),
         ("data.max_prompt_length", "48"),
+        ("data.truncation", "left"),  # AMC23's prompts cut to their last 48 tokens (refused by default)
         ("train.max_steps", "2"),
     )
     summary = loop.train(cfg, tmp_path / "run")
@@ -394,7 +395,7 @@ def test_a_resume_may_add_benchmarks_or_change_their_samples(tmp_path, capsys):
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     base = tiny(("data.train", str(data)), ("data.val", str(data)), ("data.reward", "math01"),
-                ("data.max_prompt_length", "48"), ("train.max_steps", "1"))  # fmt: skip
+                ("data.max_prompt_length", "48"), ("data.truncation", "left"), ("train.max_steps", "1"))  # fmt: skip
     loop.train(base, tmp_path / "run")
     bench = [("eval.benchmarks", str(SHARED_DATA / "amc-23.parquet")), ("eval.max_problems", "2"),
              ("eval.scoring", "strict")]  # fmt: skip
