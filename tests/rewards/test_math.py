@@ -199,6 +199,10 @@ def test_has_answer_line():
 
 # ---------- equiv mode: the final answer judged by mathematical equivalence (math-verify) ----------
 
+# words after a number in its text (`\\text{12 apples}`) that are no unit, and some that are
+NOT_UNITS = "pi squared tenths i factorial reciprocal gross halves thirds quarters times plus dozens perhaps n".split()
+UNITS = ["students", "ways", "square units", "sq ft", "km/h", "meters per second", "m", "feet", "months", "people"]
+
 EQUIV_TABLE = [
     # (response, ground truth, correct?)
     # fractions and decimals
@@ -496,6 +500,32 @@ EQUIV_TABLE = [
     ("\\boxed{5\\text{ apples}}", "5", True),
     ("\\boxed{\\text{12 apples}}", "12", True),
     ("\\boxed{\\text{12 thousand}}", "12", False),
+    # ... only a unit's: a known unit or a plural count noun (a review's: any word but a few was read past)
+    *[(f"\\boxed{{\\text{{12 {w}}}}}", "12", False) for w in NOT_UNITS],
+    *[(f"\\boxed{{\\text{{12 {w}}}}}", "12", True) for w in UNITS],
+    ("\\boxed{5\\,\\mathrm{kg}}", "5", True),
+    ("\\boxed{12 \\text{ cm}^2}", "12", True),
+    # an answer followed by "or" and another value is a hedge (a review's: the text after the last box was cut,
+    # and `\\boxed{12} or 13` was right for 12 before); a value written twice stays one value
+    ("\\boxed{12}, \\boxed{12.0}, or 13", "12", False),
+    ("\\boxed{12} or 13", "12", False),
+    ("$\\boxed{12}$, or $13$.", "12", False),
+    ("\\boxed{12} (or 13)", "12", False),
+    ("$\\boxed{12} \\text{ or } 13$", "12", False),
+    ("Answer: 12\n\nWait, in fact \\boxed{13} or 14.", "13", False),
+    ("</think> The answer is \\boxed{12} or maybe 13", "12", False),
+    ("\\boxed{\\frac12} (or 0.5)", "\\frac12", True),
+    ("\\boxed{12} or more", "12", True),  # no other value (a digit) after the "or"
+    ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge
+    ("\\boxed{12}\nor 13", "12", True),
+    ("Answer: 12\n\nWait, in fact \\boxed{13}", "13", True),  # a later box still corrects the answer line
+    ("\\boxed{540} (mod 1000)", "540", True),
+    ("\\boxed{540} \\pmod{1000} for n = 3", "540", True),
+    # `, or` and `, and` before the last box part no run (`\\boxed{4}, or \\boxed{5}` read 5)
+    ("\\boxed{4}, or \\boxed{5}", "5", False),
+    ("\\boxed{12}, or \\boxed{12.0}", "12", True),
+    ("$\\boxed{-1}$, $\\boxed{2}$, and $\\boxed{5}$", "5", False),
+    ("$\\boxed{-1}$, $\\boxed{2}$, and $\\boxed{5}$", "-1, 2, 5", True),
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),
@@ -613,6 +643,9 @@ def test_without_remarks_and_hedges():
     assert clean_answer("x = 1,000") == "x = 1000" and clean_answer("\\{100,200\\}") == "\\{100,200\\}"
     assert without_remarks("12 \\text{ cm}^2") == "12" and without_remarks("5\\,\\mathrm{kg}") == "5"
     assert without_remarks("\\text{12 apples}") == "12" and without_remarks("12 \\text{ or more}").endswith("more}")
+    assert without_remarks("\\text{12 square units}") == "12" and without_remarks("12 \\text{ squared}").endswith("d}")
+    assert without_remarks("\\text{12 tenths}") == "\\text{12 tenths}" and without_remarks("12\\,\\mathrm{pi}") != "12"
+    assert without_remarks("\\text{12 Degrees Celsius}") == "12" and without_remarks("\\text{12 sq}") != "12"
     assert clean_answer("\\boxed{7}, \\boxed{7}") == "7" and clean_answer("\\boxed{7}, \\boxed{8}") == "7, 8"
 
 
@@ -733,6 +766,19 @@ def test_remarks_hedges_and_units_take_linear_time(text):
     for response in (text, "Answer: 540 (" + text + ")", "Answer: 540, since " + text, "\\boxed{5} or " + text):
         math_score(response, "540")
     assert time.process_time() - t0 < 0.5
+
+
+@pytest.mark.parametrize(
+    "tail", [" " * 40_000, "1" * 40_000, "or " * 13_000, ", or" * 10_000, "\\boxed{1}, or " * 3_000, "$" * 40_000]
+)
+def test_a_hedge_after_the_last_box_is_found_in_linear_time(tail):
+    """What follows the last box is read for a hedge (`\\boxed{12} or 13`): 40 KB after it, around it, in a unit."""
+    for response in ("\\boxed{5}" + tail, "\\boxed{5}" + tail + " or 1", "\\boxed{5}, \\boxed{5}, or " + tail,
+                     tail + "\\boxed{5} or " + tail, "Answer: 5\n" + tail + "\\boxed{5}" + tail,
+                     "\\boxed{\\text{5 " + tail + "}}"):  # fmt: skip
+        t0 = time.process_time()
+        math_score(response, "5")
+        assert time.process_time() - t0 < 0.1
 
 
 def test_many_answer_labels_on_one_line_take_linear_time():

@@ -208,7 +208,8 @@ def extract_final_answer(response: str) -> str | None:
       check ("the answer: 540 / 4 = 135") is no answer, nor is a label inside a box;
     - unless a `\\boxed{}` follows that label's answer (a correction: `Answer: 12 ... wait ... \\boxed{13}` is
       judged as 13), or there is no label: then the last box, with the boxes right before it that only a
-      separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge);
+      separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge), and
+      the rest of its sentence when that offers another value (`\\boxed{12} or 13`: a hedge);
     - with neither, a "the (final) answer is ..." sentence with an answer-shaped value that ends the response
       (nothing after it but `I hope it is correct.`: not cut or retracted reasoning); else None (wrong).
     A box that holds no value (`\\boxed{}`, a check mark) is no answer.
@@ -281,9 +282,9 @@ _ANSWER_IS_SENTENCE = re.compile(r"\banswer\s+is\b:?[ \t]*", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")  # a period before the next sentence (not 3.5, not \frac{1}{2}.)
 _CLOSING = re.compile(r"\s*(?:I hope it is correct\.?\s*)?", re.IGNORECASE)  # what may follow the last answer
 _NO_VALUE = re.compile(r"\s*(?:\\checkmark|\\surd|\u2713|\u2714)?\s*")  # a box that holds no answer
-# what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`
+# what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`, `, and`
 _BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \boxed{5}$`)
-    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:,|;|and|or|\\text\s*\{\s*(?:and|or)\s*\})?(?:\s|\$|\\[(),;]|\\q?quad)*"
+    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:;|,?\s*(?:and|or)|,|\\text\s*\{\s*(?:and|or)\s*\})?(?:\s|\$|\\[(),;]|\\q?quad)*"
     r"(?:[A-Za-z]\w{0,3}\s*=\s*)?"
 )
 
@@ -321,10 +322,29 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
             break
         first -= 1
-    if first == len(boxes) - 1:
-        return boxes[-1][1]
     j, c = boxes[-1]
-    return text[text.rfind("\\", 0, boxes[first][0]) : j + len(c) + 2]
+    end = j + len(c) + 2
+    hedge = _hedge_after(text, end)
+    if first == len(boxes) - 1 and not hedge:
+        return c
+    return text[text.rfind("\\", 0, boxes[first][0]) : end] + hedge
+
+
+# the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
+# `\boxed{12} or 13`, `$\boxed{12}$, or $13$`, `\boxed{12} (or 13)`, `\boxed{12} \text{ or } 13`
+_OR_AFTER = re.compile(r"(?:\s|\$|\\[)\]]|[,;(])*(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{\s*or\s*\})")
+
+
+def _hedge_after(text: str, end: int) -> str:
+    """The rest of the sentence after a final box ending at `end` when it offers another value, "or" and then a
+    digit (`\\boxed{12} or 13.`, `\\boxed{12}, \\boxed{12.0}, or 13`: a hedge, judged as a whole), else "". Reads
+    at most MAX_ANSWER_CHARS characters of the box's line (a longer answer is judged wrong anyway)."""
+    line = text[end : end + MAX_ANSWER_CHARS].split("\n", 1)[0]
+    m = _OR_AFTER.match(line)
+    if m is None:
+        return ""
+    sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
+    return sentence if re.search(r"\d", sentence[m.end() :]) else ""
 
 
 def _answer_shaped(content: str) -> bool:
@@ -661,21 +681,55 @@ _UNIT_AFTER = re.compile(
     rf"{_NUMBER_UNIT}(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{{\s*{_UNIT}\s*\}}(?:\^\{{?[23]\}}?)?"
 )
 _UNIT_INSIDE = re.compile(rf"\\(?:text|textrm|mbox)\s*\{{\s*{_NUMBER_UNIT}\s+{_UNIT}\s*\}}")
-_NOT_UNITS = frozenset(
-    "or and not if when unless than at least most more less fewer only about approximately roughly nearly almost "
-    "over under each total hundred hundreds thousand thousands million millions billion billions trillion dozen "
-    "dozens percent times".split()
+# a word of a unit: a unit of length, area, volume, time, mass, money or angle (singular, plural, abbreviated; the
+# only single letters SI's m, g, s, l, h), or a plural count noun (`apples`, `students`, `ways`: 4 letters or more
+# ending in one `s`; `people`, `children`), with connectors inside a unit of several words (`square units`,
+# `meters per second`, `km/h`); not a word that changes the value (`pi`, `squared`, `factorial`, `tenths`, `halves`,
+# `times`, `dozens`, `gross`) or hedges (`or`, `perhaps`). An allowlist: a word not known to name a unit keeps the
+# answer as it is.
+_UNIT_WORDS = frozenset(
+    "m g s l h mm cm dm km nm mi ft yd kg mg lb lbs oz ml cl dl cc gal qt sec secs min mins hr hrs yr yrs ms mph kph "
+    "kmh deg rad "
+    "meter meters metre metres millimeter millimeters millimetre millimetres centimeter centimeters centimetre "
+    "centimetres kilometer kilometers kilometre kilometres inch inches foot feet yard yards mile miles "
+    "acre acres hectare hectares "
+    "liter liters litre litres milliliter milliliters millilitre millilitres gallon gallons quart quarts pint pints "
+    "cup cups teaspoon teaspoons tablespoon tablespoons "
+    "second seconds minute minutes hour hours day days week weeks month months year years decade decades century "
+    "centuries "
+    "gram grams kilogram kilograms milligram milligrams pound pounds ounce ounces ton tons tonne tonnes "
+    "dollar dollars cent cents penny pennies nickel nickels dime dimes euro euros yen yuan rupee rupees "
+    "degree degrees radian radians celsius fahrenheit kelvin "
+    "unit units people children men women sheep fish mice geese teeth".split()  # and irregular plurals
 )
+_UNIT_CONNECTORS = frozenset("square cubic sq cu per".split())
+_PLURAL_NOUN = re.compile(r"[a-z]{2,}[^s]s")
+_NOT_COUNT_NOUNS = re.compile(  # plural-looking words that change the value or are no nouns
+    r".*ths|halves|thirds|quarters|ones|twos|threes|tens|hundreds|thousands|millions|billions|trillions|dozens|"
+    r"scores|pairs|couples|percents|times|sometimes|perhaps|always|besides|towards|afterwards|whereas|.*(?:us|is)"
+)
+
+
+def _is_unit(words: str) -> bool:
+    """Whether `words` (a number's text after it: `cm`, `square units`, `km/h`, `apples`) names a unit (`_UNIT_WORDS`,
+    a plural count noun, connectors inside)."""
+    parts = words.lower().replace("/", " ").split()
+    if not parts or parts[-1] in _UNIT_CONNECTORS:
+        return False
+    return all(
+        w in _UNIT_WORDS or w in _UNIT_CONNECTORS or (_PLURAL_NOUN.fullmatch(w) and not _NOT_COUNT_NOUNS.fullmatch(w))
+        for w in parts
+    )
 
 
 def without_remarks(answer: str) -> str:
     """A cleaned `answer` without what a human grader reads past: a leading phrase ending in "is" (`The answer is`,
     `It is`), an AMC choice letter before its value (`(C) 7`, `\\textbf{(C)}\\ 7`), a trailing remark that holds no
     digit or math (`540 (the remainder)`, `540 -- the count`, `540, which is the remainder`) or only assigns values
-    (`540 (m = 37)`), end marks (`;`, `!`,
-    `\\\\`, a check mark, `\\blacksquare`), a number in italics or text (`*540*`, `\\text{073}`), a unit in text
-    (`12 \\text{ cm}`, `\\text{12 apples}`; not `12 \\text{ thousand}`), the value side of a reversed equation
-    (`540 = m + n`). Tried only after `answer` itself, so it can only turn wrong into right.
+    (`540 (m = 37)`), end marks (`;`, `!`, `\\\\`, a check mark, `\\blacksquare`), a number in italics or text
+    (`*540*`, `\\text{073}`), a unit in text (`12 \\text{ cm}`, `\\text{12 apples}`: a known unit or a plural count
+    noun, `_is_unit`; not `\\text{12 pi}`), the value side of a reversed equation (`540 = m + n`). Tried only after
+    `answer` itself, so it can only turn wrong into right.
 
     >>> without_remarks("The answer is 113"), without_remarks("(C) 7"), without_remarks("540 (the remainder);")
     ('113', '7', '540')
@@ -694,9 +748,7 @@ def without_remarks(answer: str) -> str:
 def _without_unit(s: str) -> str:
     """The number of `s` when `s` is a number with its unit in text (`_UNIT_AFTER`, `_UNIT_INSIDE`), else `s`."""
     m = _UNIT_AFTER.fullmatch(s) or _UNIT_INSIDE.fullmatch(s)
-    if m is None or _NOT_UNITS.intersection(m.group(2).lower().replace("/", " ").split()):
-        return s
-    return m.group(1)
+    return m.group(1) if m is not None and _is_unit(m.group(2)) else s
 
 
 # ---------------------------------------------------------------------------------------------------------------
