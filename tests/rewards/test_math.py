@@ -518,6 +518,21 @@ EQUIV_TABLE = [
     ("\\boxed{12} or more", "12", True),  # no other value (a digit) after the "or"
     ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge
     ("\\boxed{12}\nor 13", "12", True),
+    # "or" and the same answer in other terms restates it (a review of the rule: these were right before it)
+    ("$\\boxed{2\\sqrt{2}}$, or approximately $2.83$.", "2\\sqrt{2}", True),
+    ("\\boxed{\\pi} or about 3.14", "\\pi", True),
+    ("\\boxed{\\frac{1}{2}}, or 50\\%", "\\frac{1}{2}", True),
+    ("\\boxed{7}, or in base 2, $111_2$.", "7", True),
+    ("\\boxed{12}, or equivalently $2^2 \\cdot 3$.", "12", True),
+    ("The answer is $\\boxed{5}$ (or 5 apples).", "5", True),
+    ("\\boxed{12} \\quad\\text{or}\\quad 13", "12", False),  # spacing commands before the "or"
+    ("\\boxed{12}\\ \\text{or}\\ 13", "12", False),
+    # units: a singular count noun after 1, `in`, `squared` after a unit; not `squared` on the number itself
+    ("\\boxed{\\text{1 way}}", "1", True),
+    ("\\boxed{\\text{1 solution}}", "1", True),
+    ("\\boxed{\\text{12 in}}", "12", True),
+    ("\\boxed{12 \\text{ units squared}}", "12", True),
+    ("\\boxed{\\text{1 tenth}}", "1", False),
     ("Answer: 12\n\nWait, in fact \\boxed{13}", "13", True),  # a later box still corrects the answer line
     ("\\boxed{540} (mod 1000)", "540", True),
     ("\\boxed{540} \\pmod{1000} for n = 3", "540", True),

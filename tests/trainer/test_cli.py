@@ -688,8 +688,17 @@ def test_a_prompt_above_max_prompt_length_is_refused_or_cut_as_data_truncation_s
     (out / "config.json").write_text(json.dumps(saved))
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 0
     assert json.loads((out / "config.json").read_text())["data"]["truncation"] == "left"
-    (out / "config.json").write_text(json.dumps(saved))  # resumed naming its preset: no field it lacks differs
+    (out / "config.json").write_text(json.dumps(saved))  # resumed naming its preset: the field added since is none
     assert rpgrl_main(["train", "default", *common, "--out", str(out), "--resume", "--max-steps", "3"]) == 0
+    # another field gone (a hand edit) still differs from the named preset (it took the plain default silently)
+    own = [a for a in TINY_ARGS if not a.startswith("--optim.lr")]  # default-on-policy's lr 1e-4, not 3.5e-5
+    out = tmp_path / "on-policy"
+    assert rpgrl_main(["train", "default-on-policy", *own, "--max-steps", "1", "--out", str(out)]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    del saved["optim"]["lr"]
+    (out / "config.json").write_text(json.dumps(saved))
+    err = _fail(capsys, ["default-on-policy", *own, "--out", str(out), "--resume", "--max-steps", "2"])
+    assert "preset 'default-on-policy' differs from the run saved in" in err and " in optim.lr; drop the" in err
 
 
 def test_default_run_directories_of_runs_started_together_differ(tmp_path, monkeypatch, capsys):
@@ -710,6 +719,11 @@ def test_default_run_directories_of_runs_started_together_differ(tmp_path, monke
     code = rpgrl_main(["train", "--seed", "5", *args, "--data.train", str(data), "--data.reward", "math01"])
     assert code == 2 and "data file not found" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "default-20261127-190100-s5").exists()
+    empty = tmp_path / "empty"  # and runs/ itself, when the refused run was all it held
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    code = rpgrl_main(["train", "--seed", "5", *args, "--data.train", str(data), "--data.reward", "math01"])
+    assert code == 2 and list(empty.iterdir()) == []
 
 
 def test_a_benchmark_file_with_other_columns_is_named_as_eval_benchmarks(capsys, tmp_path):

@@ -263,6 +263,7 @@ def _raises(text, answer):
         # a NaN part reached the step's metrics and was called a diverged run ("lower optim.lr")
         (lambda t, a: Reward(value=1.0, correct=True, parts={"fmt": float("nan")}), "returned part 'fmt' = nan"),
         (lambda t, a: Reward(value=1.0, correct=True, parts={"fmt": "x"}), "returned part 'fmt' = 'x'"),
+        (lambda t, a: Reward(value=1.0, correct=torch.tensor([True, False])), "correct is one bool"),
     ],
 )
 def test_a_reward_that_fails_is_named_in_one_line(reward, needle):
@@ -1058,6 +1059,18 @@ def test_a_resume_past_the_end_sets_the_old_end_aside(tmp_path):
         loop.train(tiny(("train.max_steps", "4")), out, resume=True, on_step=stop_at_3)
     assert {p.name: p.read_bytes() for p in (out / "model-step2").iterdir()} == old
     assert json.loads((out / "summary-step2.json").read_text())["steps"] == 2  # the old end's evaluation, kept
+    # stopped before a step ran (a signal at startup): the old end is still the end, put back
+    import signal
+
+    from rpgrl.trainer.rundir import Interrupted, StopSignals
+
+    loop.train(tiny(("train.max_steps", "2")), tmp_path / "two")
+    stop = StopSignals()
+    stop.received = signal.SIGTERM
+    with pytest.raises(Interrupted):
+        loop.train(tiny(("train.max_steps", "4")), tmp_path / "two", resume=True, stop=stop)
+    assert (tmp_path / "two" / "model").is_dir() and (tmp_path / "two" / "summary.json").is_file()
+    assert not list((tmp_path / "two").glob("*-step2*"))
     summary = loop.train(tiny(("train.max_steps", "4")), out, resume=True)
     assert summary["steps"] == 4 and json.loads((out / "summary.json").read_text())["steps"] == 4
     assert (out / "curves.png").is_file() and (out / "model" / "model.safetensors").is_file()
@@ -1108,8 +1121,11 @@ def test_a_stopped_run_has_its_curves_and_rpgrl_plot_draws_any_run(tmp_path, cap
         err = capsys.readouterr().err
         assert err.startswith(f"rpgrl plot: error: {damaged / name}") and err.count("\n") == 1, err
         (damaged / name).unlink()
-    (damaged / "metrics.jsonl").write_text('{"reward/mean": 1.0}\n{"step": 1, "reward/mean": 0.5}\n')
-    assert rpgrl_main(["plot", str(damaged)]) == 0  # a row without a step is left out (was KeyError)
+    (damaged / "metrics.jsonl").write_text(
+        '{"reward/mean": 1.0}\n{"step": 1, "reward/mean": 0.5}\n'
+        '{"step": 2, "reward/mean": {"a": 1}, "response/length_mean": "x"}\n'
+    )
+    assert rpgrl_main(["plot", str(damaged)]) == 0  # rows without a step, values that are no numbers: left out
     for argv, needle in (([str(tmp_path)], "holds no metrics.jsonl or eval.jsonl: not a run directory"),
                          ([str(out), "--out"], "--out needs a file name"), ([], None),
                          ([str(out), "--out", "c.jpg2"], "name a picture file (.png, .pdf, .svg)"),

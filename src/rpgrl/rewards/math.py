@@ -332,7 +332,13 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
 
 # the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
 # `\boxed{12} or 13`, `$\boxed{12}$, or $13$`, `\boxed{12} (or 13)`, `\boxed{12} \text{ or } 13`
-_OR_AFTER = re.compile(r"(?:\s|\$|\\[)\]]|[,;(])*(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{\s*or\s*\})")
+_OR_AFTER = re.compile(r"(?:\s|\$|\\[)\] ]|\\q?quad|[,;(])*(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{\s*or\s*\})")
+# what may follow that "or" for a second value: a lone number or plain math, no words (`or approximately 2.83`,
+# `or equivalently 2^2 \cdot 3`, `or 50\%` restate the answer in other terms; `or 13` offers another)
+_LONE_VALUE = re.compile(
+    r"(?:\s|\$|\\[()\[\] ]|\\q?quad|\\(?:d|t)?frac|\\sqrt|\\pi|\\cdot|\\times|[\d.,+\-*/^{}()])*\d"
+    r"(?:\s|\$|\\[()\[\] ]|\\q?quad|\\(?:d|t)?frac|\\sqrt|\\pi|\\cdot|\\times|[\d.,+\-*/^{}()])*"
+)
 
 
 def _hedge_after(text: str, end: int) -> str:
@@ -344,7 +350,11 @@ def _hedge_after(text: str, end: int) -> str:
     if m is None:
         return ""
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
-    return sentence if re.search(r"\d", sentence[m.end() :]) else ""
+    rest = _MAYBE.sub("", _END_MARKS.sub("", sentence[m.end() :]).strip(), count=1)
+    return sentence if _LONE_VALUE.fullmatch(rest) else ""
+
+
+_MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
 
 
 def _answer_shaped(content: str) -> bool:
@@ -700,7 +710,7 @@ _UNIT_WORDS = frozenset(
     "gram grams kilogram kilograms milligram milligrams pound pounds ounce ounces ton tons tonne tonnes "
     "dollar dollars cent cents penny pennies nickel nickels dime dimes euro euros yen yuan rupee rupees "
     "degree degrees radian radians celsius fahrenheit kelvin "
-    "unit units people children men women sheep fish mice geese teeth".split()  # and irregular plurals
+    "in unit units people children men women sheep fish mice geese teeth".split()  # and irregular plurals
 )
 _UNIT_CONNECTORS = frozenset("square cubic sq cu per".split())
 _PLURAL_NOUN = re.compile(r"[a-z]{2,}[^s]s")
@@ -710,15 +720,21 @@ _NOT_COUNT_NOUNS = re.compile(  # plural-looking words that change the value or 
 )
 
 
-def _is_unit(words: str) -> bool:
+def _is_unit(words: str, one: bool = False) -> bool:
     """Whether `words` (a number's text after it: `cm`, `square units`, `km/h`, `apples`) names a unit (`_UNIT_WORDS`,
-    a plural count noun, connectors inside)."""
+    a plural count noun, connectors inside, `squared` / `cubed` after a unit). `one`: the number is 1, so a count
+    noun is singular (`1 way`, `1 solution`)."""
     parts = words.lower().replace("/", " ").split()
     if not parts or parts[-1] in _UNIT_CONNECTORS:
         return False
+
+    def noun(w: str) -> bool:
+        plural = w + "s" if one and not w.endswith("s") else w
+        return bool(_PLURAL_NOUN.fullmatch(plural)) and not _NOT_COUNT_NOUNS.fullmatch(plural)
+
     return all(
-        w in _UNIT_WORDS or w in _UNIT_CONNECTORS or (_PLURAL_NOUN.fullmatch(w) and not _NOT_COUNT_NOUNS.fullmatch(w))
-        for w in parts
+        w in _UNIT_WORDS or w in _UNIT_CONNECTORS or (i > 0 and w in ("squared", "cubed")) or noun(w)
+        for i, w in enumerate(parts)
     )
 
 
@@ -748,7 +764,7 @@ def without_remarks(answer: str) -> str:
 def _without_unit(s: str) -> str:
     """The number of `s` when `s` is a number with its unit in text (`_UNIT_AFTER`, `_UNIT_INSIDE`), else `s`."""
     m = _UNIT_AFTER.fullmatch(s) or _UNIT_INSIDE.fullmatch(s)
-    return m.group(1) if m is not None and _is_unit(m.group(2)) else s
+    return m.group(1) if m is not None and _is_unit(m.group(2), one=m.group(1) == "1") else s
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -28,6 +28,9 @@ from rpgrl.trainer.rundir import Interrupted, StopSignals, check_run_dir
 
 # A config.json written before data.truncation existed: its run cut long prompts from the left
 BEFORE_TRUNCATION = dataclasses.replace(Config(), data=dataclasses.replace(Config().data, truncation="left"))
+# Fields an older config.json lacks: a resume naming its preset does not count them as differences (others it lacks
+# still do: a hand-deleted field would otherwise take the plain default silently)
+ADDED_SINCE = frozenset({"data.truncation"})
 USAGE = "usage: rpgrl train [PRESET] [--out DIR] [--max-steps N] [--seed S] [--resume] [--section.field VALUE ...]"
 SHORTCUTS = {"max-steps": "train.max_steps", "max_steps": "train.max_steps", "seed": "train.seed"}
 
@@ -104,7 +107,7 @@ def resolve_config(args: Args) -> tuple[Config, str, Config]:
     if args.preset is not None:
         fresh = apply_overrides(get_preset(args.preset), args.overrides)
         recorded = {f"{sec}.{k}" for sec, keys in saved_dict.items() for k in keys}  # (a mapping of mappings: checked)
-        differ = [k for k in _differences(fresh, cfg) if k in recorded]  # a field added since: the file has none
+        differ = [k for k in _differences(fresh, cfg) if k in recorded or k not in ADDED_SINCE]
         if differ:
             raise UsageError(
                 f"--resume: preset {args.preset!r} differs from the run saved in {args.out} in "
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if claimed:  # the default run directory, created to claim its name: left only if the run wrote in it
             with contextlib.suppress(OSError):
                 Path(out).rmdir()  # (fails if not empty)
+                Path(out).parent.rmdir()  # runs/, if no other run is there
     return 0
 
 
@@ -180,7 +184,7 @@ def default_out(name: str, seed: int) -> str:
     runs launched together in one second shared one directory, and all but one failed (a review's). `main` removes
     it again if the run writes nothing there."""
     stem = f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
-    Path(stem).parent.mkdir(parents=True, exist_ok=True)
+    Path(stem).parent.mkdir(exist_ok=True)  # runs/ (removed with the run's if both stay empty)
     out, n = stem, 1
     while True:
         try:

@@ -24,6 +24,7 @@ Not here: multi-process training, vLLM, packing by token budget (micro-batches a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -124,12 +125,18 @@ def train(
         except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
             if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
                 tracker.close()
-                if run.final_aside is not None:
-                    os.replace(run.final_aside, run.out / "model")
+                _put_back_the_end(run)
                 _restore_files(run.out, kept)
                 _remove_new(run.out, existing)  # e.g. its TensorBoard events, whose purge step would hide later rows
             raise
+        except Interrupted as e:  # stopped before a step ran: the old end is still the run's end
+            if e.step == run.start_step:
+                _put_back_the_end(run)
+            raise
         except OSError as e:  # the run directory's disk full or gone: the run stays at its last checkpoint
+            if kept is not None and not run.saved:  # nothing saved: the old end is still the run's end
+                with contextlib.suppress(OSError):
+                    _put_back_the_end(run)
             full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
             ours = e.filename is not None and run.out.resolve() in Path(e.filename).resolve().parents
             if not (full or ours):
@@ -257,14 +264,23 @@ def _set_aside_the_end(run: Run) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         step = None
     tag = "previous" if step is None else f"step{step}"
-    if (out / "model").is_dir():
-        run.final_aside = _free_name(out, f"model-{tag}", "")
-        os.replace(out / "model", run.final_aside)
-        print0(f"--resume: the run trains on past its end, so its exported model is now {run.final_aside.name}/ "
-               "(model/ is written again at the new end)")  # fmt: skip
-    if (out / "summary.json").is_file():
-        os.replace(out / "summary.json", _free_name(out, f"summary-{tag}", ".json"))
+    for name, stem, suffix in (("model", f"model-{tag}", ""), ("summary.json", f"summary-{tag}", ".json")):
+        if (out / name).exists():
+            aside = _free_name(out, stem, suffix)
+            os.replace(out / name, aside)
+            run.end_aside.append((aside, out / name))
+    if run.end_aside:
+        print0(f"--resume: the run trains on past its end, so that end's files are now "
+               f"{' and '.join(a.name for a, _ in run.end_aside)} (written again at the new end)")  # fmt: skip
     _remove(out / "curves.png")
+
+
+def _put_back_the_end(run: Run) -> None:
+    """Undo `_set_aside_the_end` (a resume that ended before any step was saved: the old end is the run's end)."""
+    for aside, name in run.end_aside:
+        if aside.exists() and not name.exists():
+            os.replace(aside, name)
+    run.end_aside.clear()
 
 
 def _free_name(out: Path, stem: str, suffix: str) -> Path:
@@ -350,7 +366,7 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
             progress.close()
             metrics_file.close()
             tracker.close()
-            _draw_stopped(run.out)
+            _draw(run.out)
             raise Interrupted(stop.received, step, run.out)
         if stopped:
             break
@@ -457,7 +473,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
     if stop is not None:
         stop.finishing()  # a signal from here on: the few seconds left finish the run (exit 0), not a stop
     _export(run.model, run.tokenizer, out / "model", progress=cfg.train.progress)
-    plot_run(out)
+    _draw(out)  # never in the way of the summary
     summary = {
         "steps": step,
         "start_accuracy": state.start_accuracy,
@@ -710,11 +726,12 @@ def minibatches(group: torch.Tensor, prompts_per_mb: int | None) -> list[torch.T
     return list(rows.split(sizes))
 
 
-def _draw_stopped(out: Path) -> None:
-    """curves.png of a run a signal stops (drawn at the end only, a stopped run had none): never in the stop's way."""
+def _draw(out: Path) -> None:
+    """curves.png, at the end and when a signal stops the run (a stopped run had none): a picture that cannot be
+    drawn (a hand-edited metrics file) is not worth a stop or an end that fails."""
     try:
         plot_run(out)
-    except Exception:  # noqa: BLE001 - a picture is not worth a stop that fails
+    except Exception:  # noqa: BLE001
         pass
 
 
@@ -724,7 +741,7 @@ def _stop_if_signalled(stop: StopSignals | None, step: int, out: Path, tracker=N
     if stop is not None and stop.received is not None:
         if tracker is not None:
             tracker.close()
-        _draw_stopped(out)
+        _draw(out)
         raise Interrupted(stop.received, step, out)
 
 

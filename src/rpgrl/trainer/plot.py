@@ -26,9 +26,14 @@ def run_rows(out: Path) -> list[dict]:
     for name in ("metrics.jsonl", "eval.jsonl"):
         check_metrics_file(out / name)  # one line naming a row that is not one (not UTF-8, not an object)
         read = read_metrics(out / name) if (out / name).is_file() else []
-        rows[name] = [r for r in read if isinstance(r.get("step"), int)]
+        rows[name] = [{k: v for k, v in r.items() if _plottable(v)} for r in read if isinstance(r.get("step"), int)]
     steps = [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rows["metrics.jsonl"]]
     return steps + rows["eval.jsonl"]
+
+
+def _plottable(v) -> bool:
+    """A value a curve can hold: a number (null: no value), not text or a nested object a hand edit left."""
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 def plot_run(out: Path, png: Path | None = None) -> Path | None:

@@ -51,7 +51,13 @@ def checked_reward(reward_fn: Callable, name: str, i: int, text: str, ans: str) 
     bad = [k for k, v in numbers.items() if v is None or not math.isfinite(v)]
     if bad:  # it would reach the step's metrics as a NaN, and read as a diverged run
         raise RewardFailed(f"{where} returned part {bad[0]!r} = {parts[bad[0]]!r}: parts must be finite numbers")
-    return value, bool(r.correct), numbers
+    try:
+        correct = bool(r.correct)
+    except (TypeError, ValueError, RuntimeError):  # an array of several values: no truth value
+        raise RewardFailed(
+            f"{where} returned correct={first_line(repr(r.correct))[:60]}: correct is one bool"
+        ) from None
+    return value, correct, numbers
 
 
 def score(reward_fn: Callable, name: str, texts: list[str], answers: list[str]):

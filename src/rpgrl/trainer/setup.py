@@ -398,7 +398,7 @@ class Run:
     restart: bool = False  # --resume of a run that stopped before its first checkpoint: it starts over
     newest_seen: Path | None = None  # the newest checkpoint when the run directory was checked (before the lock)
     last_eval: dict | None = None  # the latest periodic evaluation's row (`eval.every`), which `finish` may reuse
-    final_aside: Path | None = None  # a finished run's model/, renamed when a resume trains past its end
+    end_aside: list = dataclasses.field(default_factory=list)  # (renamed, name): a finished run's end set aside
 
 
 # Bytes each position of a step's rollouts holds until its update, at the least: token ids and attention mask (int64),
