@@ -264,6 +264,7 @@ def _raises(text, answer):
         (lambda t, a: Reward(value=1.0, correct=True, parts={"fmt": float("nan")}), "returned part 'fmt' = nan"),
         (lambda t, a: Reward(value=1.0, correct=True, parts={"fmt": "x"}), "returned part 'fmt' = 'x'"),
         (lambda t, a: Reward(value=1.0, correct=torch.tensor([True, False])), "correct is one bool"),
+        (lambda t, a: Reward(value=torch.tensor([1.0, 2.0]), correct=True), "returned Reward(value=tensor([1., 2.])"),
     ],
 )
 def test_a_reward_that_fails_is_named_in_one_line(reward, needle):
