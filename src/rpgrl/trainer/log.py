@@ -174,20 +174,21 @@ def check_metrics_file(path: Path) -> None:
                              f"{line[:60]!r}; fix or remove that line, then --resume")  # fmt: skip
 
 
-def truncate_metrics(path: Path, step: int, keep: Callable[[dict], bool] | None = None) -> None:
+def truncate_metrics(path: Path, step: int, keep: Callable[[dict], bool] | None = None) -> list[dict]:
     """Keep only rows with `row["step"] <= step` (and `keep(row)`), atomically, so a resumed run rewrites later
-    steps exactly once."""
+    steps exactly once. Returns the rows kept (none for a missing file)."""
     path = Path(path)
     if not path.is_file():
-        return
+        return []
     rows = [r for r in read_metrics(path) if r.get("step", 0) <= step and (keep is None or keep(r))]
     write_text_atomic(path, "".join(json.dumps(json_safe(r), allow_nan=False) + "\n" for r in rows))
+    return rows
 
 
-def missing_steps(path: Path, step: int) -> str | None:
-    """The steps 1..`step` with no row in the metrics file `path` (deleted or cut by hand: a resume cannot write
+def missing_steps(rows: list[dict], step: int) -> str | None:
+    """The steps 1..`step` with no row among a metrics file's `rows` (deleted or cut by hand: a resume cannot write
     them again), as ranges ("3-4, 7"); None when every one is there."""
-    have = {r.get("step") for r in read_metrics(path)} if Path(path).is_file() else set()
+    have = {r.get("step") for r in rows}
     gone = [s for s in range(1, step + 1) if s not in have]
     if not gone:
         return None

@@ -234,8 +234,8 @@ def prepare_run_dir(run: Run):
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")  # first: a run killed
     (out / "checkpoints").mkdir(exist_ok=True)  # after it is resumed. Made now: a missing folder means deleted ones
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
-    truncate_metrics(out / "metrics.jsonl", run.start_step)
-    gone = missing_steps(out / "metrics.jsonl", run.start_step) if resumed else None
+    step_rows = truncate_metrics(out / "metrics.jsonl", run.start_step)
+    gone = missing_steps(step_rows, run.start_step) if resumed else None
     if gone:  # the file was deleted or cut by hand: said, since every step is otherwise logged exactly once
         print0(f"--resume: {out / 'metrics.jsonl'} has no row for step {gone} (deleted or cut since it was written); "
                f"the run goes on from step {run.start_step + 1}")  # fmt: skip
