@@ -327,6 +327,47 @@ def test_a_reward_failing_mid_run_keeps_the_steps_before_and_the_resume_is_the_r
     assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
 
 
+def test_a_reward_failing_in_the_evaluation_before_rl_keeps_the_warm_start(tmp_path, monkeypatch):
+    """The held-out evaluation before RL runs after the warm start and before its checkpoint: a reward failing
+    there lost the warm start (the resume ran it again). It is saved at step 0; the resume evaluates again without
+    a second warm start, and its weights equal those of a run whose evaluation never failed."""
+    from rpgrl.errors import UsageError
+    from rpgrl.rewards import REWARDS, register_reward
+
+    if "test_fails_when_on" not in REWARDS:
+        register_reward("test_fails_when_on")(_fails_when_on)
+    cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "2"), ("sft.max_steps", "2"),
+               ("sft.eval_every", "1"), ("sft.batch_size", "8"))  # fmt: skip
+    weights, real_eval, real_warm = {}, loop.run_eval, loop._warm_start
+
+    def keep(name):
+        return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
+
+    def failing_before_rl(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs):
+        _FAIL["on"] = step == 0
+        try:
+            return real_eval(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs)
+        finally:
+            _FAIL["on"] = False
+
+    _FAIL.update(on=False)
+    loop.train(cfg, tmp_path / "whole", on_step=keep("whole"))
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(loop, "run_eval", failing_before_rl)
+    with pytest.raises(UsageError, match=r"returned nan: .*; in the evaluation before RL, after the warm start, "
+                                         r"which is saved: fix the reward, then --resume"):  # fmt: skip
+        loop.train(cfg, out)
+    assert latest_checkpoint(out / "checkpoints").name == "step-000000"
+    assert not (out / "metrics.jsonl").exists() or read_metrics(out / "metrics.jsonl") == []
+    warm_starts = []
+    monkeypatch.setattr(loop, "run_eval", real_eval)
+    monkeypatch.setattr(loop, "_warm_start", lambda *a: warm_starts.append(1) or real_warm(*a))
+    summary = loop.train(cfg, out, resume=True, on_step=keep("resumed"))
+    assert warm_starts == [] and summary["sft"]["steps"] == 2  # the saved warm start, not a second one
+    assert [r["step"] for r in read_metrics(out / "eval.jsonl")] == [0, 2]
+    assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
+
+
 @pytest.mark.parametrize("value", [1e39, -3e38, 1.01e15, float("inf")])
 def test_a_reward_too_large_for_the_advantages_names_the_sample(value):
     """1e39 is finite as a Python float but inf in float32; -3e38 fits float32 but its square does not (the group

@@ -306,7 +306,15 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
     if run.anchor is None:
         run.anchor = Anchor(cfg.ref, run.model)  # after the warm start: `fixed` anchors the model RL starts from
     if run.state.start_accuracy is None:
-        first = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, 0, run.state, run.out)
+        try:
+            first = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, 0, run.state, run.out)
+        except RewardFailed as e:  # the warm start trained: kept, and the resume evaluates it again
+            if cfg.sft.max_steps <= 0:
+                raise
+            _save(run, 0)
+            tracker.close()
+            raise UsageError(f"{e}; in the evaluation before RL, after the warm start, which is saved: fix the "
+                             "reward, then --resume") from None  # fmt: skip
         tracker.log(first)
         run.state.start_accuracy = first[M.EVAL_ACCURACY]
         if math.isfinite(run.state.start_accuracy):  # NaN: no held-out set (a file dataset without data.val)
