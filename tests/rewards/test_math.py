@@ -515,7 +515,18 @@ EQUIV_TABLE = [
     ("Answer: 12\n\nWait, in fact \\boxed{13} or 14.", "13", False),
     ("</think> The answer is \\boxed{12} or maybe 13", "12", False),
     ("\\boxed{\\frac12} (or 0.5)", "\\frac12", True),
-    ("\\boxed{12} or more", "12", True),  # no other value (a digit) after the "or"
+    ("\\boxed{12} or more", "12", False),  # an open range is no single value (was right: no digit after "or")
+    ("\\boxed{5} or fewer", "5", False),
+    ("\\boxed{5} or so", "5", True),  # about 5: one value
+    # a value and "or" before the box, or "(or" between boxes: a hedge (were right for the box's value)
+    ("\\boxed{4} (or \\boxed{5})", "5", False),
+    ("\\boxed{4} (or \\boxed{5})", "4", False),
+    ("The answer is 4 or \\boxed{5}", "5", False),
+    ("$x = 4$ or $x = \\boxed{5}$", "5", False),
+    ("Answer is $4$ or $\\boxed{5}$.", "5", False),
+    ("The answer is $\\frac12$ or \\boxed{0.5}", "0.5", True),  # one value written twice
+    ("So 3 or more steps give \\boxed{5}", "5", True),  # the "or" is not right before the box
+    ("We try 2 or 3 cases.\nHence \\boxed{5}", "5", True),
     ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge
     ("\\boxed{12}\nor 13", "12", True),
     # "or" and the same answer in other terms restates it (a review of the rule: these were right before it)

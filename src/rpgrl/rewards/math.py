@@ -209,7 +209,8 @@ def extract_final_answer(response: str) -> str | None:
     - unless a `\\boxed{}` follows that label's answer (a correction: `Answer: 12 ... wait ... \\boxed{13}` is
       judged as 13), or there is no label: then the last box, with the boxes right before it that only a
       separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge), and
-      the rest of its sentence when that offers another value (`\\boxed{12} or 13`: a hedge);
+      the rest of its sentence when that offers another value or an open range (`\\boxed{12} or 13`, `or more`: a
+      hedge), and a value with "or" right before the box (`4 or \\boxed{5}`: a hedge);
     - with neither, a "the (final) answer is ..." sentence with an answer-shaped value that ends the response
       (nothing after it but `I hope it is correct.`: not cut or retracted reasoning); else None (wrong).
     A box that holds no value (`\\boxed{}`, a check mark) is no answer.
@@ -282,9 +283,11 @@ _ANSWER_IS_SENTENCE = re.compile(r"\banswer\s+is\b:?[ \t]*", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")  # a period before the next sentence (not 3.5, not \frac{1}{2}.)
 _CLOSING = re.compile(r"\s*(?:I hope it is correct\.?\s*)?", re.IGNORECASE)  # what may follow the last answer
 _NO_VALUE = re.compile(r"\s*(?:\\checkmark|\\surd|\u2713|\u2714)?\s*")  # a box that holds no answer
-# what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`, `, and`
+# what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`, `, and`,
+# `\boxed{4} (or \boxed{5})`
 _BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \boxed{5}$`)
-    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:;|,?\s*(?:and|or)|,|\\text\s*\{\s*(?:and|or)\s*\})?(?:\s|\$|\\[(),;]|\\q?quad)*"
+    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:;|,?\s*(?:and|or)|,|\\text\s*\{\s*(?:and|or)\s*\}|\(\s*(?:and|or))?"
+    r"(?:\s|\$|\\[(),;]|\\q?quad)*"
     r"(?:[A-Za-z]\w{0,3}\s*=\s*)?"
 )
 
@@ -323,11 +326,11 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
             break
         first -= 1
     j, c = boxes[-1]
-    end = j + len(c) + 2
-    hedge = _hedge_after(text, end)
-    if first == len(boxes) - 1 and not hedge:
+    end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
+    before, hedge = _hedge_before(text, start), _hedge_after(text, end)
+    if first == len(boxes) - 1 and not (before or hedge):
         return c
-    return text[text.rfind("\\", 0, boxes[first][0]) : end] + hedge
+    return before + text[start:end] + hedge
 
 
 # the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
@@ -351,10 +354,25 @@ def _hedge_after(text: str, end: int) -> str:
         return ""
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
     rest = _MAYBE.sub("", _END_MARKS.sub("", sentence[m.end() :]).strip(), count=1)
-    return sentence if _LONE_VALUE.fullmatch(rest) else ""
+    return sentence if _LONE_VALUE.fullmatch(rest) or _OPEN_ENDED.match(rest) else ""
+
+
+def _hedge_before(text: str, start: int) -> str:
+    """A value and "or" right before the box run starting at `start`, in its line (`The answer is 4 or
+    \\boxed{5}`, `x = 4 or x = \\boxed{5}`: a hedge, judged as a whole), else ""."""
+    line = text[max(0, start - MAX_ANSWER_CHARS) : start].rsplit("\n", 1)[-1]
+    m = _OR_BEFORE.search(line)
+    return line[m.start() :] if m else ""
 
 
 _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
+# an open range after the "or" (`\boxed{12} or more`): no single value either
+_OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
+# a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
+_OR_BEFORE = re.compile(
+    r"(?<![\w.])(?:[-+]?\d[\d.,/]*|\$[^$\n]*\d[^$\n]*\$)[\s$]*,?\s*(?:(?<![A-Za-z\\])or(?![A-Za-z])|"
+    r"\\text\s*\{\s*or\s*\})(?:\s|\$|\\[(\[ ]|\\q?quad)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
+)
 
 
 def _answer_shaped(content: str) -> bool:
