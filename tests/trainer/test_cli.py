@@ -772,3 +772,25 @@ def test_a_benchmark_prompt_above_max_prompt_length_is_refused_too(capsys, tmp_p
     assert "above data.max_prompt_length 60: raise it, or pass --data.truncation left" in err
     assert rpgrl_main(["train", *common, "--data.truncation", "left", "--max-steps", "1",
                        "--out", str(tmp_path / "run")]) == 0  # fmt: skip
+
+
+def test_prompts_are_encoded_in_one_call_as_each_alone_and_a_prompt_that_fails_is_named():
+    """load_task encoded the default's 20,000 prompts one tokenizer call each (about a second of every run): one
+    call now, the same ids; a prompt the tokenizer cannot encode is still named alone."""
+    from rpgrl.errors import UsageError
+    from rpgrl.models import build_byte_tokenizer, build_char_tokenizer
+    from rpgrl.rewards.synthetic import CHARS, make_problems
+    from rpgrl.trainer.setup import encode_prompt, encode_prompts
+
+    tok = build_char_tokenizer(CHARS)
+    prompts = [p.prompt for p in make_problems(50, seed=1, split="train")]
+    assert encode_prompts(tok, prompts, chat=False) == [encode_prompt(tok, p, chat=False) for p in prompts]
+    assert encode_prompts(tok, [], chat=False) == []
+    with pytest.raises(
+        UsageError, match=r"cannot encode the prompt 'Q:1\$2' \(characters outside its vocabulary: '\$'"
+    ):
+        encode_prompts(tok, [*prompts[:3], "Q:1$2"], chat=False)
+    byte = build_byte_tokenizer()  # with a chat template: each prompt rendered alone, as before
+    texts = ["What is 1+1?", [{"role": "user", "content": "And 2+2?"}]]
+    assert encode_prompts(byte, texts, chat=True) == [encode_prompt(byte, p, chat=True) for p in texts]
+    assert encode_prompts(byte, texts, chat=False) == [encode_prompt(byte, p, chat=False) for p in texts]
