@@ -480,6 +480,17 @@ def test_clip_none_as_hydra_gives_it():
         assert actor.policy_loss.clip is None
 
 
+@pytest.mark.parametrize("word", ["None", "null"])
+def test_optional_numbers_none_as_hydra_gives_it(word):
+    """`+...max_log_w=None` and `+...kl_value_clamp=None` reach the config as the string 'None', as `clip=None` does:
+    they were refused ("must be a real number, got 'None'") although the options document none as off."""
+    actor = compose_actor(RPG_TARGET, "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_differentiable",
+                          PL + "beta=1e-4", PL + "clip=dual", PL + "kl_in_clip=False", PL + f"kl_value_clamp={word}",
+                          PL + f"max_log_w={word}")  # fmt: skip
+    assert actor.policy_loss.kl_value_clamp is None and actor.policy_loss.max_log_w is None
+    assert actor.policy_loss.rpg_options()["kl_value_clamp"] is None
+
+
 def test_rpg_advantage_equals_verls_unscaled_grpo():
     """The `rpg` estimator is the group mean baseline: verl's grpo with norm_adv_by_std_in_grpo=False (an
     independent implementation), and a hand-worked case."""

@@ -89,7 +89,8 @@ class RPGPolicyLossConfig(PolicyLossConfig):
     max_log_w: float | None = rpg_field("max_log_w")
 
     def __post_init__(self):
-        object.__setattr__(self, "clip", none_word(self.clip))  # Hydra passes `clip=None` as the string 'None'
+        for name in ("clip", "kl_value_clamp", "max_log_w"):  # Hydra passes `clip=None` as the string 'None'
+            object.__setattr__(self, name, none_word(getattr(self, name)))
         if self.beta == MISSING or self.clip == MISSING:
             raise ValueError(
                 "RPGPolicyLossConfig needs beta and clip: add +actor_rollout_ref.actor.policy_loss.beta=<float> and "
