@@ -274,6 +274,26 @@ def test_epsilon_high_from_the_command_line(tmp_path):
         assert args.options().eps_high == want and args.options().eps_low == 0.1
 
 
+def test_optional_numbers_none_from_the_command_line(tmp_path):
+    """`--max_log_w none` and `--kl_value_clamp none` (their help: "none = off") were argparse errors ("invalid float
+    value: 'none'"), while `--clip none` and `--epsilon_high none` worked; numbers still read as numbers."""
+    from transformers import HfArgumentParser
+
+    base = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--num_generations", "4",
+            "--per_device_train_batch_size", "8", "--style", "differentiable", "--kl_in_clip", "false"]  # fmt: skip
+    (args,) = HfArgumentParser(RPGConfig).parse_args_into_dataclasses(
+        base + ["--kl_value_clamp", "none", "--max_log_w", "None"]
+    )
+    assert args.options().kl_value_clamp is None and args.options().max_log_w is None
+    (args,) = HfArgumentParser(RPGConfig).parse_args_into_dataclasses(
+        base + ["--kl_value_clamp", "10", "--max_log_w", "2.5"]
+    )
+    assert args.rpg_options()["kl_value_clamp"] == 10.0 and args.rpg_options()["max_log_w"] == 2.5
+    with pytest.raises(ValueError, match="max_log_w must be a number or none"):
+        RPGConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=4, per_device_train_batch_size=8,
+                  max_log_w="off")  # fmt: skip
+
+
 def test_rpg_trainer_takes_grpo_trainers_positional_arguments(tmp_path):
     """GRPOTrainer(model, reward_funcs, args, train_dataset, ...) positionally was a TypeError."""
     tok = build_char_tokenizer("0123456789+=")

@@ -73,8 +73,10 @@ class RPGConfig(GRPOConfig):
     branch: str = rpg_field("branch")
     kl_in_clip: bool = rpg_field("kl_in_clip")
     analogue: str = rpg_field("analogue")
-    kl_value_clamp: float | None = rpg_field("kl_value_clamp")
-    max_log_w: float | None = rpg_field("max_log_w")
+    # str: HfArgumentParser then passes `--max_log_w none` (the documented "none = off") and numbers as words,
+    # read in __post_init__ as epsilon_high is
+    kl_value_clamp: float | str | None = rpg_field("kl_value_clamp")
+    max_log_w: float | str | None = rpg_field("max_log_w")
     # GRPOConfig fields with RPG defaults
     scale_rewards: str = field(
         default="none", metadata={"help": "'none': A = R - group mean (RPG's estimator); 'group': GRPO's."}
@@ -88,7 +90,8 @@ class RPGConfig(GRPOConfig):
     )  # str: HfArgumentParser then passes `--epsilon_high none` and numbers as words, read in __post_init__
 
     def __post_init__(self):
-        self.epsilon_high = _float_or_none("epsilon_high", self.epsilon_high)
+        for name in ("epsilon_high", "kl_value_clamp", "max_log_w"):
+            setattr(self, name, _float_or_none(name, getattr(self, name)))
         super().__post_init__()
         self.clip = none_word(self.clip)  # `--clip none` on TRL's command line
         if self.beta != 0.0:
