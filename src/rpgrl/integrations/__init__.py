@@ -6,5 +6,6 @@
     rpgrl.integrations.trl    `pip install rpgrl[trl]`: `RPGConfig` / `RPGTrainer` on top of TRL's GRPOTrainer.
 
 Adapters only translate names, shapes and normalisers; the math lives in `rpgrl.objectives` and
-`rpgrl.advantages`, the only parts of rpgrl they import. Nothing in rpgrl imports this package.
+`rpgrl.advantages`, which with `rpgrl.options` (the loss options' names and checks) are the only parts of rpgrl
+they import. Nothing in rpgrl imports this package.
 """

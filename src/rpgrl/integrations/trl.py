@@ -7,7 +7,8 @@ tests/integrations/test_trl.py checks it.
 
 What RPG changes relative to GRPO:
   - The KL anchor is pi_old, the sampler. TRL passes `old_per_token_logps` when the batch is reused (several
-    iterations or steps per generation) or vLLM is used, and otherwise the current log-probs detached, which is
+    iterations or steps per generation) or vLLM's importance-sampling correction is on
+    (`vllm_importance_sampling_correction`), and otherwise the current log-probs detached, which is
     exactly pi_old at that point. So no reference model: TRL loads one iff its `beta != 0`, and RPGConfig refuses
     a nonzero `beta`. RPG's coefficient is `rpg_beta`, applied inside the loss.
   - The advantage defaults to RPG's estimator, R_i - group mean: TRL's `scale_rewards="none"` computes exactly that
