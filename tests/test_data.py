@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,27 @@ def test_non_utf8_and_unreadable_files(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "read_bytes", denied)
     one_line_error(load_examples, good, match="cannot read data file .*good.jsonl: Permission denied")
+
+
+def test_a_parquet_file_whose_name_is_not_utf8_loads(tmp_path):
+    """pyarrow takes only paths it can encode as UTF-8: a parquet file named in another encoding (Latin-1 `é`,
+    which Python holds as a surrogate escape) was "not a readable parquet file" (a review's probe); a JSONL file of
+    that name loaded. It loads as its bytes say, and an unreadable one is still one line."""
+    name = os.fsdecode(b"caf\xe9.parquet")  # 'caf\udce9.parquet': not encodable as UTF-8
+    path = tmp_path / name
+    pq.write_table(pa.Table.from_pylist(dapo_rows(3) + dapo_rows(3)), tmp_path / "plain.parquet")
+    os.rename(tmp_path / "plain.parquet", path)
+    bench = load_benchmark(path)
+    assert [(p.answer, p.copies) for p in bench.problems] == [("1", 2), ("2", 2), ("3", 2)]
+    assert bench.name == os.fsdecode(b"caf\xe9")
+    assert [e.answer for e in load_examples(path)] == ["1", "2", "3"]
+
+    def denied(*args, **kwargs):  # chmod 000 does not stop root, so refuse the open the way the OS would
+        raise PermissionError(13, "Permission denied", str(path))
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("rpgrl.data.open", denied, raising=False)  # the module's `open`, shadowing the builtin
+        one_line_error(load_examples, path, match="cannot read data file .*: Permission denied")
 
 
 def test_float32_and_float16_answers_are_the_numbers_they_hold(tmp_path):
