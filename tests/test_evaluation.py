@@ -629,6 +629,26 @@ def test_pass_maj_plot_shows_the_metrics(tmp_path):
     assert image[..., :3].std() > 0.05  # something is drawn
 
 
+def test_a_benchmark_file_named_in_another_encoding_gets_its_report(tiny_model_dir, tmp_path, capsys):
+    """A benchmark whose file name is not UTF-8 (Latin-1 `é`, a surrogate escape in Python) sampled every problem,
+    then failed printing its table (a UTF-8 stdout, as in the locale en_US.UTF-8) or drawing passk_majk.png
+    (matplotlib refuses the title): a traceback, exit 1, no metrics.json, the same on every rerun (a review's probe).
+    The report is written; its table and plot title show the byte as "?"."""
+    from rpgrl.cli import main
+
+    data = tmp_path / os.fsdecode(b"bench\xe9.jsonl")
+    data.write_text("".join(json.dumps({"prompt": f"What is {i}+1?", "answer": str(i + 1)}) + "\n" for i in range(2)))
+    out = tmp_path / "out"
+    assert main(_eval_argv(tiny_model_dir, data, out)) == 0, capsys.readouterr().err
+    metrics, samples = _report(out)
+    rows = [json.loads(line) for line in samples.splitlines()]
+    name = os.fsdecode(b"bench\xe9")
+    assert [r["benchmark"] for r in rows] == [name, name] and (out / "passk_majk.png").stat().st_size > 1000
+    mean = sum(sum(r["correct"]) for r in rows) / (3 * len(rows))  # k = 3 samples per problem
+    assert metrics[f"eval/{name}/mean@3"] == mean and not (out / "partial.jsonl").exists()
+    assert "\nbench?  " in capsys.readouterr().out
+
+
 def test_rpgrl_eval_with_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
     """A byte tokenizer (259 ids) next to a model of 50 embeddings: refused from config.json, before the weights
     load (was a traceback at the first sampling); `--out` is not created."""

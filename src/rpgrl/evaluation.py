@@ -506,12 +506,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _shown(name: str) -> str:
+    """A benchmark name as text any UTF-8 output takes: a file stem not in UTF-8 (held by Python as surrogate
+    escapes, which a UTF-8 stdout and matplotlib refuse) with its stray bytes as "?"."""
+    return name.encode("utf-8", "replace").decode("utf-8")
+
+
 def format_table(results: Sequence[BenchmarkResult]) -> str:
     keys = list(results[0].metrics)
     keys = [k for k in keys if not k.startswith("worst@")]
     header = f"{'benchmark':<16}{'problems':>9}" + "".join(f"{k:>10}" for k in keys)
     rows = [
-        f"{r.name:<16}{len(r.problems):>9}" + "".join(f"{r.metrics.get(k, float('nan')):>10.4f}" for k in keys)
+        f"{_shown(r.name):<16}{len(r.problems):>9}" + "".join(f"{r.metrics.get(k, float('nan')):>10.4f}" for k in keys)
         for r in results
     ]
     return "\n".join([header, *rows])
@@ -715,7 +721,7 @@ def plot_pass_maj(results: Sequence[BenchmarkResult], path: Path) -> Path | None
         ax.set_xscale("log", base=2)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("k (samples per problem)")
-        ax.set_title(name)
+        ax.set_title(_shown(name))
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
