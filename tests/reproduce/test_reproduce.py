@@ -377,3 +377,29 @@ def test_report_and_results_are_written_whole_or_not_at_all(tmp_path, monkeypatc
     assert report.read_text() == "earlier report\n" and [q.name for q in tmp_path.iterdir()] == ["r.md"]
     checkpoint.write_text_atomic(report, "new report")
     assert report.read_text() == "new report" and [q.name for q in tmp_path.iterdir()] == ["r.md"]
+
+
+def test_no_run_on_some_claims_keeps_the_others_records(tmp_path, capsys):
+    """`--no-run` without a run cache reads the records in OUT/results.json, then rewrote that file with the named
+    claims only: `rpgrl reproduce methods --no-run --out docs/results` deleted the records of the four other claims,
+    kept nowhere else (a review's probe). They stay as they were; `all` afterwards reports what it did before."""
+    committed = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results", "results.json")
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    with open(committed) as f:
+        stored = json.load(f)
+    (suite / "results.json").write_text(json.dumps(stored))
+    assert len(stored["claims"]) == len(CLAIMS) > 1
+    flags = ["--no-run", "--out", str(suite), "--report"]
+    assert rpgrl_main(["reproduce", "methods", *flags, str(tmp_path / "one.md")]) == 0
+    after = json.loads((suite / "results.json").read_text())
+    assert list(after["claims"]) == list(stored["claims"])
+    for name in CLAIMS:
+        if name != "methods":
+            assert after["claims"][name] == stored["claims"][name], name
+    assert after["claims"]["methods"]["verdict"] == stored["claims"]["methods"]["verdict"]
+    capsys.readouterr()
+    assert rpgrl_main(["reproduce", "all", *flags, str(tmp_path / "all.md")]) == 0
+    printed = capsys.readouterr().out
+    for name, claim in stored["claims"].items():
+        assert f"  {name}: {claim['verdict']}\n" in printed, name

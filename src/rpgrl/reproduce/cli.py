@@ -168,8 +168,11 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
     from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
     from rpgrl.trainer.log import json_safe
 
+    stored = earlier["claims"] if earlier is not None else {}  # the records of claims not named: kept nowhere else
+    claims_json = {n: results["claims"].get(n, stored.get(n)) for n in (*CLAIMS, *stored)}
+    saved = {**results, "claims": {n: r for n, r in claims_json.items() if r is not None}}
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "results.json", json.dumps(json_safe(results), indent=1, allow_nan=False) + "\n")
+    write_text_atomic(out / "results.json", json.dumps(json_safe(saved), indent=1, allow_nan=False) + "\n")
     write_report(results, report, len(seeds))
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
@@ -252,8 +255,9 @@ def _commit() -> str:
 
 def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: list[int]) -> dict | None:
     """From OUT/results.json, written by an earlier suite: {"runs": claim -> arm -> seed -> record, "curves":
-    (claim, arm) -> mean curves, "header": its header}, for the arms whose flags are still the claim's (an arm
-    changed since is left out); None when there is no such file. A suite at another scale (--quick or not) or over
+    (claim, arm) -> mean curves, "header": its header, "claims": every claim it holds, as it holds them}, "runs" and
+    "curves" for the arms whose flags are still the claim's (an arm changed since is left out); None when there is no
+    such file. A suite at another scale (--quick or not) or over
     other seeds than `seeds` is refused (its arms' mean curves are over all its seeds)."""
     path = out / "results.json"
     if not path.is_file():
@@ -278,7 +282,7 @@ def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: li
             if now.get(arm["name"]) == arm["flags"] and arm["runs"]:
                 runs.setdefault(name, {})[arm["name"]] = {int(s): rec for s, rec in arm["runs"].items()}
                 curves[(name, arm["name"])] = arm["curves"]
-    return {"runs": runs, "curves": curves, "header": stored["header"]} if runs else None
+    return {"runs": runs, "curves": curves, "header": stored["header"], "claims": stored["claims"]} if runs else None
 
 
 def _header(scale: Scale, seeds: list[int], jobs: int, runs: dict, earlier: dict | None = None) -> dict:
