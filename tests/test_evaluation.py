@@ -924,3 +924,33 @@ def test_a_journal_cut_in_its_first_line_is_empty_and_the_model_folder_may_be_th
         (model / name).unlink()
     capsys.readouterr()
     assert main(_eval_argv(model, data, model)) == 0 and (model / "metrics.json").is_file()
+
+
+def test_a_journal_line_that_is_no_chunk_is_one_line(tmp_path):
+    """A partial.jsonl whose settings are not an object, or with a line that is not a chunk `record` wrote (a list,
+    a number, a chunk without texts, a generator state that is not base64), was a traceback when replayed (a
+    review's probe: AttributeError, TypeError): it is refused in one line, naming the line. Chunks `record` wrote
+    read back as written."""
+    import base64
+
+    from rpgrl.journal import Journal
+
+    settings = {"k": 3}
+    good = Journal(tmp_path / "good" / "partial.jsonl", settings)
+    good.path.parent.mkdir()
+    good.record("abc", ["x", "y", "z"], b"\x00\x01state")
+    assert Journal(good.path, settings).replay("abc") == (["x", "y", "z"], b"\x00\x01state")
+    chunk = {"digest": "abc", "texts": ["x", "y", "z"], "rng": base64.b64encode(b"s").decode()}
+    for i, bad in enumerate([[1], 5, {"digest": "abc"}, chunk | {"texts": "xyz"}, chunk | {"texts": [1, 2, 3]},
+                             chunk | {"rng": "!!"}, chunk | {"digest": 7}]):  # fmt: skip
+        path = tmp_path / f"j{i}" / "partial.jsonl"
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(x) + "\n" for x in ({"settings": settings}, chunk, bad, chunk)))
+        with pytest.raises(UsageError, match=r"partial.jsonl: line 3 is not a chunk an evaluation wrote") as e:
+            Journal(path, settings)
+        assert "\n" not in str(e.value)
+    path = tmp_path / "s" / "partial.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"settings": 5}) + "\n")
+    with pytest.raises(UsageError, match="is not an rpgrl eval journal"):
+        Journal(path, settings)

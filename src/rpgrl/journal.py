@@ -43,6 +43,19 @@ def digest(prompts: Sequence[Sequence[int]], n: int) -> str:
     return hashlib.sha256(json.dumps([[list(map(int, p)) for p in prompts], n]).encode()).hexdigest()[:16]
 
 
+def _is_chunk(row: Any) -> bool:
+    """Whether a journal line holds what `Journal.record` writes: a digest, texts and a base64 generator state."""
+    if not (isinstance(row, dict) and isinstance(row.get("digest"), str) and isinstance(row.get("rng"), str)):
+        return False
+    if not (isinstance(row.get("texts"), list) and all(isinstance(t, str) for t in row["texts"])):
+        return False
+    try:
+        base64.b64decode(row["rng"], validate=True)
+    except ValueError:  # binascii.Error
+        return False
+    return True
+
+
 class Journal:
     """The chunks sampled so far in `path` (nothing is written until the first chunk is recorded)."""
 
@@ -64,8 +77,12 @@ class Journal:
         if not good and not any(lines[:-1]):  # empty, or its first line cut (a full disk, a kill): nothing kept
             self.path.unlink()
             return
-        if not good or not isinstance(good[0], dict) or "settings" not in good[0]:
+        if not good or not isinstance(good[0], dict) or not isinstance(good[0].get("settings"), dict):
             raise UsageError(f"{self.path} is not an rpgrl eval journal: pass a new --out folder, or delete it")
+        bad = next((i for i, x in enumerate(good[1:], 2) if not _is_chunk(x)), None)
+        if bad is not None:  # not what `record` writes (an edit, another program): replayed, it was a traceback
+            raise UsageError(f"{self.path}: line {bad} is not a chunk an evaluation wrote: pass a new --out folder, "
+                             "or delete the file")  # fmt: skip
         theirs = good[0]["settings"]
         if theirs != self.settings:
             keys = sorted(set(theirs) | set(self.settings), key=str)
