@@ -504,6 +504,15 @@ EQUIV_TABLE = [
     *[(f"\\boxed{{\\text{{12 {w}}}}}", "12", False) for w in NOT_UNITS],
     *[(f"\\boxed{{\\text{{12 {w}}}}}", "12", True) for w in UNITS],
     ("\\boxed{5\\,\\mathrm{kg}}", "5", True),
+    # words in text that scale the number (math-verify drops them: these were right for 12)
+    ("\\boxed{12 \\text{ thousand}}", "12", False),
+    ("\\boxed{12\\ \\text{thousand dollars}}", "12", False),
+    ("\\boxed{12 \\textrm{ million}}", "12", False),
+    ("\\boxed{12 \\text{ dozen}}", "12", False),
+    ("\\boxed{12 \\text{ squared}}", "12", False),
+    ("\\boxed{12 \\text{ cm squared}}", "12", True),  # after a unit: the unit's square
+    ("\\boxed{12 \\text{ cm} \\text{ squared}}", "12", True),
+    ("\\boxed{12 \\text{ times}}", "12", True),
     ("\\boxed{12 \\text{ cm}^2}", "12", True),
     # an answer followed by "or" and another value is a hedge (a review's: the text after the last box was cut,
     # and `\\boxed{12} or 13` was right for 12 before); a value written twice stays one value

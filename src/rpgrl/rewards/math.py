@@ -635,7 +635,7 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
         return True
     if _INTEGER.fullmatch(pred) and _INTEGER.fullmatch(gold):  # most AIME/AMC cases: no need for sympy
         return int(pred) == int(gold)
-    if reject_reason(pred) is not None:
+    if reject_reason(pred) is not None or _scaled_in_text(pred):
         return False
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
 
@@ -650,6 +650,25 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
     if not (_RELATION.search(pred) and _INTERVAL.fullmatch(gold)) or (left := deadline - time.monotonic()) <= 0:
         return False
     return _mathverify.equivalent(gold, pred, timeout=left)
+
+
+# words in text that change the number before them: math-verify drops the text and reads the number alone, so
+# `12 \text{ thousand}` (12000), `12 \text{ dozen}` and `12 \text{ squared}` (144) were right for 12
+_TEXT_GROUP = re.compile(r"\\(?:text|textrm|textnormal|textit|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
+_MULTIPLIERS = frozenset("hundred thousand million billion trillion dozen".split())
+_POWER_WORDS = ("squared", "cubed")  # on the number itself (`12 \text{ squared}`), not after a unit (`cm squared`)
+_AFTER_NUMBER = re.compile(r"\d\s*(?:\\[ ,;:!]\s*)*$")
+
+
+def _scaled_in_text(pred: str) -> bool:
+    """Whether a text group in `pred` scales the number before it (`_MULTIPLIERS`, `_POWER_WORDS`)."""
+    for m in _TEXT_GROUP.finditer(pred):
+        words = re.findall(r"[a-z]+", m.group(1).lower())
+        if any(w.removesuffix("s") in _MULTIPLIERS for w in words):
+            return True
+        if words and words[0] in _POWER_WORDS and _AFTER_NUMBER.search(pred[: m.start()]):
+            return True
+    return False
 
 
 # a union of intervals, one at least unbounded, half-open or closed: [2, \infty), (-\infty, 3] \cup (5, 6), [-1, 1]
