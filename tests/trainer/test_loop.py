@@ -296,6 +296,25 @@ def _fails_when_on(text, answer):
     return Reward(value=float("nan") if _FAIL["on"] else float(ok) + 0.01 * len(text), correct=ok)
 
 
+def _keep_weights(weights: dict, name: str):
+    """An `on_step` callback keeping the model's weights after each step as weights[name]."""
+    return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
+
+
+def _eval_failing_at(fail_step: int):
+    """`loop.run_eval` (as it is now) with `_fails_when_on`'s NaN in the evaluation of step `fail_step` only."""
+    real = loop.run_eval
+
+    def run_eval(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs):
+        _FAIL["on"] = step == fail_step
+        try:
+            return real(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs)
+        finally:
+            _FAIL["on"] = False
+
+    return run_eval
+
+
 def test_a_reward_failing_mid_run_keeps_the_steps_before_and_the_resume_is_the_run_never_stopped(tmp_path):
     """A NaN reward at step 3 of a run checkpointed every 20 steps exited 2 with no checkpoint: the two finished
     steps were lost and --resume started over (a review's). The run is saved at step 2, with the data and random
@@ -308,11 +327,8 @@ def test_a_reward_failing_mid_run_keeps_the_steps_before_and_the_resume_is_the_r
     cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "4"), ("train.checkpoint_every", "20"))
     weights = {}
 
-    def keep(name):
-        return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
-
     _FAIL.update(on=False)
-    loop.train(cfg, tmp_path / "whole", on_step=keep("whole"))
+    loop.train(cfg, tmp_path / "whole", on_step=_keep_weights(weights, "whole"))
     out = tmp_path / "resumed"
     with pytest.raises(
         UsageError, match=r"returned nan: .*; the run is saved at step 2: fix the reward, then --resume"
@@ -321,7 +337,7 @@ def test_a_reward_failing_mid_run_keeps_the_steps_before_and_the_resume_is_the_r
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
     assert latest_checkpoint(out / "checkpoints").name == "step-000002"
     _FAIL.update(on=False)
-    loop.train(cfg, out, resume=True, on_step=keep("resumed"))
+    loop.train(cfg, out, resume=True, on_step=_keep_weights(weights, "resumed"))
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
     assert weights["whole"].keys() == weights["resumed"].keys()
     assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
@@ -340,20 +356,10 @@ def test_a_reward_failing_in_the_evaluation_before_rl_keeps_the_warm_start(tmp_p
                ("sft.eval_every", "1"), ("sft.batch_size", "8"))  # fmt: skip
     weights, real_eval, real_warm = {}, loop.run_eval, loop._warm_start
 
-    def keep(name):
-        return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
-
-    def failing_before_rl(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs):
-        _FAIL["on"] = step == 0
-        try:
-            return real_eval(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs)
-        finally:
-            _FAIL["on"] = False
-
     _FAIL.update(on=False)
-    loop.train(cfg, tmp_path / "whole", on_step=keep("whole"))
+    loop.train(cfg, tmp_path / "whole", on_step=_keep_weights(weights, "whole"))
     out = tmp_path / "resumed"
-    monkeypatch.setattr(loop, "run_eval", failing_before_rl)
+    monkeypatch.setattr(loop, "run_eval", _eval_failing_at(0))
     with pytest.raises(UsageError, match=r"returned nan: .*; in the evaluation before RL, after the warm start, "
                                          r"which is saved: fix the reward, then --resume"):  # fmt: skip
         loop.train(cfg, out)
@@ -362,7 +368,7 @@ def test_a_reward_failing_in_the_evaluation_before_rl_keeps_the_warm_start(tmp_p
     warm_starts = []
     monkeypatch.setattr(loop, "run_eval", real_eval)
     monkeypatch.setattr(loop, "_warm_start", lambda *a: warm_starts.append(1) or real_warm(*a))
-    summary = loop.train(cfg, out, resume=True, on_step=keep("resumed"))
+    summary = loop.train(cfg, out, resume=True, on_step=_keep_weights(weights, "resumed"))
     assert warm_starts == [] and summary["sft"]["steps"] == 2  # the saved warm start, not a second one
     assert [r["step"] for r in read_metrics(out / "eval.jsonl")] == [0, 2]
     assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
@@ -1197,26 +1203,16 @@ def test_a_reward_failing_in_a_periodic_evaluation_keeps_the_step_and_the_resume
                ("eval.every", "2"))  # fmt: skip
     weights, real = {}, loop.run_eval
 
-    def keep(name):
-        return lambda step, st: weights.__setitem__(name, {k: v.clone() for k, v in st["model"].state_dict().items()})
-
-    def failing_at_2(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs):
-        _FAIL["on"] = step == 2
-        try:
-            return real(model, tokenizer, task, benchmarks, cfg, step, *args, **kwargs)
-        finally:
-            _FAIL["on"] = False
-
     _FAIL.update(on=False)
-    loop.train(cfg, tmp_path / "whole", on_step=keep("whole"))
+    loop.train(cfg, tmp_path / "whole", on_step=_keep_weights(weights, "whole"))
     out = tmp_path / "resumed"
-    monkeypatch.setattr(loop, "run_eval", failing_at_2)
+    monkeypatch.setattr(loop, "run_eval", _eval_failing_at(2))
     with pytest.raises(UsageError, match=r"returned nan: .*; in the evaluation of step 2, which is saved without it"):
         loop.train(cfg, out)
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
     assert "eval/accuracy" not in read_metrics(out / "metrics.jsonl")[1]
     assert latest_checkpoint(out / "checkpoints").name == "step-000002"
     monkeypatch.setattr(loop, "run_eval", real)
-    loop.train(cfg, out, resume=True, on_step=keep("resumed"))
+    loop.train(cfg, out, resume=True, on_step=_keep_weights(weights, "resumed"))
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
     assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
