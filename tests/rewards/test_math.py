@@ -534,6 +534,9 @@ EQUIV_TABLE = [
     ("$x = 4$ or $x = \\boxed{5}$", "5", False),
     ("Answer is $4$ or $\\boxed{5}$.", "5", False),
     ("The answer is $\\frac12$ or \\boxed{0.5}", "0.5", True),  # one value written twice
+    ("Converting, 0.25, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),  # the comma is no part of 0.25
+    ("The answer is $2^{10}$, or $\\boxed{1024}$.", "1024", True),
+    ("The answer is 4, or \\boxed{5}.", "5", False),
     ("So 3 or more steps give \\boxed{5}", "5", True),  # the "or" is not right before the box
     ("We try 2 or 3 cases.\nHence \\boxed{5}", "5", True),
     ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge

@@ -562,9 +562,10 @@ def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
 
 def _values_offered(hedge: str) -> list[str]:
     """The values a hedge offers, raw: the parts around its word "or", else its boxes, else its math groups (none
-    when the text around those boxes or groups holds a digit: another value)."""
+    when the text around those boxes or groups holds a digit: another value). A part's comma before ", or" is
+    no part of its value (`0.25, or \\boxed{\\frac{1}{4}}`)."""
     if _OR_WORD.search(hedge):
-        return _OR_PARTS.split(hedge)
+        return [part.strip().removesuffix(",") for part in _OR_PARTS.split(hedge)]
     boxes = _boxes(hedge)
     if len(boxes) >= 2:
         values, outside, pos = [c for _, c in boxes], [], 0
