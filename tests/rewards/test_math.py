@@ -537,6 +537,14 @@ EQUIV_TABLE = [
     ("Converting, 0.25, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),  # the comma is no part of 0.25
     ("The answer is $2^{10}$, or $\\boxed{1024}$.", "1024", True),
     ("The answer is 4, or \\boxed{5}.", "5", False),
+    # an equation or inequality before the "or" offers no value: the "or" restates it solved (MATH's style)
+    ("Solving, $2x = 10$, or $x = \\boxed{5}$.", "5", True),
+    ("Thus $n - 3 = 4$, or $n = \\boxed{7}$.", "7", True),
+    ("Since $x > 0$, $x^2 = 49$, or $x = \\boxed{7}$.", "7", True),
+    ("Thus n - 3 = 4, or n = \\boxed{7}.", "7", True),
+    ("We need $k \\geq 3$, or $k = \\boxed{3}$ at the least.", "3", True),
+    ("x = 4 or x = \\boxed{5}", "5", False),
+    ("$x = -4$ or $x = \\boxed{5}$", "5", False),
     ("So 3 or more steps give \\boxed{5}", "5", True),  # the "or" is not right before the box
     ("We try 2 or 3 cases.\nHence \\boxed{5}", "5", True),
     ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge

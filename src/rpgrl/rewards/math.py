@@ -362,7 +362,18 @@ def _hedge_before(text: str, start: int) -> str:
     \\boxed{5}`, `x = 4 or x = \\boxed{5}`: a hedge, judged as a whole), else ""."""
     line = text[max(0, start - MAX_ANSWER_CHARS) : start].rsplit("\n", 1)[-1]
     m = _OR_BEFORE.search(line)
-    return line[m.start() :] if m else ""
+    if m is None or _equation_before_or(line[: m.start()], m.group("value")):
+        return ""
+    return line[m.start() :]
+
+
+def _equation_before_or(before: str, value: str) -> bool:
+    """Whether the value before a box's "or" is an equation or inequality, not a value offered (`$2x = 10$, or $x =
+    \\boxed{5}$`, `n - 3 = 4, or n = \\boxed{7}`: the "or" restates it solved, as MATH's solutions write); `x = 4 or
+    x = \\boxed{5}` offers 4."""
+    if value.startswith("$"):
+        return _OR_RELATION_IN.search(value) is not None and _OR_ASSIGNED.fullmatch(value[1:-1]) is None
+    return _OR_RELATION_END.search(before) is not None and _OR_ASSIGNED_END.search(before) is None
 
 
 _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
@@ -370,9 +381,15 @@ _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECA
 _OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 _OR_BEFORE = re.compile(
-    r"(?<![\w.])(?:[-+]?\d[\d.,/]*|\$[^$\n]*\d[^$\n]*\$)[\s$]*,?\s*(?:(?<![A-Za-z\\])or(?![A-Za-z])|"
+    r"(?<![\w.])(?P<value>[-+]?\d[\d.,/]*|\$[^$\n]*\d[^$\n]*\$)[\s$]*,?\s*(?:(?<![A-Za-z\\])or(?![A-Za-z])|"
     r"\\text\s*\{\s*or\s*\})(?:\s|\$|\\[(\[ ]|\\q?quad)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
 )
+# what `_equation_before_or` reads: a relation, and a value assigned to a variable (`x = 4`, not `2x = 10`)
+_OR_RELATION = r"(?:=|<|>|\u2264|\u2265|\u2260|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq)(?![A-Za-z]))"
+_OR_RELATION_IN = re.compile(_OR_RELATION)
+_OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a relation: its right side
+_OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
+_OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
 
 
 def _answer_shaped(content: str) -> bool:
