@@ -545,6 +545,12 @@ EQUIV_TABLE = [
     ("We need $k \\geq 3$, or $k = \\boxed{3}$ at the least.", "3", True),
     ("x = 4 or x = \\boxed{5}", "5", False),
     ("$x = -4$ or $x = \\boxed{5}$", "5", False),
+    # a number after "of", "in", ... and ", or": an operand, the box its result (not a value offered)
+    ("The number of girls is 40% of 30, or $\\boxed{12}$.", "12", True),
+    ("The number of girls is $40\\%$ of $30$, or $\\boxed{12}$.", "12", True),
+    ("The probability is 3 out of 12, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),
+    ("The chance is 1 in 4, or $\\boxed{25\\%}$.", "25", True),
+    ("The count is a total of 4 or \\boxed{5}.", "5", False),  # no comma: still a hedge
     ("So 3 or more steps give \\boxed{5}", "5", True),  # the "or" is not right before the box
     ("We try 2 or 3 cases.\nHence \\boxed{5}", "5", True),
     ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge

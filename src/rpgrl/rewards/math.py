@@ -364,6 +364,8 @@ def _hedge_before(text: str, start: int) -> str:
     m = _OR_BEFORE.search(line)
     if m is None or _equation_before_or(line[: m.start()], m.group("value")):
         return ""
+    if _OPERAND_END.search(line[: m.start()]) and _COMMA_OR.search(m.group()):
+        return ""  # `40% of 30, or \\boxed{12}`, `3 out of 12, or \\boxed{\\frac{1}{4}}`: the result restated
     return line[m.start() :]
 
 
@@ -390,6 +392,9 @@ _OR_RELATION_IN = re.compile(_OR_RELATION)
 _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a relation: its right side
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
+# a number after these words is an operand of what the box states (`40% of 30, or \boxed{12}`), not a value offered
+_OPERAND_END = re.compile(r"(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus)\s*\$?\s*$", re.I)
+_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")
 
 
 def _answer_shaped(content: str) -> bool:
