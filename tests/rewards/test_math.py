@@ -527,6 +527,10 @@ EQUIV_TABLE = [
     ("\\boxed{12} or more", "12", False),  # an open range is no single value (was right: no digit after "or")
     ("\\boxed{5} or fewer", "5", False),
     ("\\boxed{5} or so", "5", True),  # about 5: one value
+    ("The distance is $\\boxed{2\\sqrt{2}}$, or more precisely $2\\sqrt{2}$ units.", "2\\sqrt{2}", True),
+    ("The smallest such $n$ is $\\boxed{12}$ or more simply twelve.", "12", True),  # restated, no range
+    ("The answer is $\\boxed{\\frac{1}{2}}$ or less formally one half.", "\\frac{1}{2}", True),
+    ("He needs $\\boxed{12}$ or more, since each box holds one.", "12", False),
     # a value and "or" before the box, or "(or" between boxes: a hedge (were right for the box's value)
     ("\\boxed{4} (or \\boxed{5})", "5", False),
     ("\\boxed{4} (or \\boxed{5})", "4", False),

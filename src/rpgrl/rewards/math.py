@@ -379,8 +379,12 @@ def _equation_before_or(before: str, value: str) -> bool:
 
 
 _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
-# an open range after the "or" (`\boxed{12} or more`): no single value either
-_OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
+# an open range after the "or" (`\boxed{12} or more`): no single value either; not `or more precisely 2\sqrt{2}`,
+# `or more simply, twelve` (the same value restated)
+_OPEN_ENDED = re.compile(
+    r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])(?!\s+(?:[A-Za-z]+ly|than)\b)",
+    re.I,
+)
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?\d[\d.,/]*|\$[^$\n]*\d[^$\n]*\$)[\s$]*,?\s*(?:(?<![A-Za-z\\])or(?![A-Za-z])|"
