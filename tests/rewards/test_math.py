@@ -513,6 +513,17 @@ EQUIV_TABLE = [
     ("\\boxed{12 \\text{ cm squared}}", "12", True),  # after a unit: the unit's square
     ("\\boxed{12 \\text{ cm} \\text{ squared}}", "12", True),
     ("\\boxed{12 \\text{ times}}", "12", True),
+    # a remark in parentheses, a compound or a place names no multiplier (were wrong: any such word in any text)
+    ("The answer is $\\boxed{7 \\text{ (thousands digit)}}$.", "7", True),
+    ("The answer is $\\boxed{7 \\text{ (in the thousands place)}}$.", "7", True),
+    ("The answer is $\\boxed{7 \\text{ thousands digit}}$.", "7", True),
+    ("The answer is $\\boxed{1000 \\text{ (one thousand)}}$.", "1000", True),
+    ("The answer is $\\boxed{12 \\text{ (a dozen)}}$.", "12", True),
+    ("The answer is $\\boxed{144 \\text{ (12 squared)}}$.", "144", True),
+    ("The answer is $\\boxed{5 \\text{ hundred-dollar bills}}$.", "5", True),
+    ("The answer is $\\boxed{12{,}000 \\text{ (twelve thousand)}}$.", "12000", True),
+    ("\\boxed{\\text{12 thousand}}", "12", False),
+    ("\\boxed{\\text{12 squared}}", "12", False),
     ("\\boxed{12 \\text{ cm}^2}", "12", True),
     # an answer followed by "or" and another value is a hedge (a review's: the text after the last box was cut,
     # and `\\boxed{12} or 13` was right for 12 before); a value written twice stays one value

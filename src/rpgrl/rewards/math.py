@@ -687,13 +687,23 @@ _POWER_WORDS = ("squared", "cubed")  # on the number itself (`12 \text{ squared}
 _AFTER_NUMBER = re.compile(r"\d\s*(?:\\[ ,;:!]\s*)*$")
 
 
+# a text group's first word, after a number inside it (`\text{12 thousand}`); a group opening with a parenthesis is
+# a remark (`7 \text{ (thousands digit)}`, `1000 \text{ (one thousand)}`, `144 \text{ (12 squared)}`)
+_FIRST_WORD = re.compile(r"\s*(?P<number>-?\d[\d.,]*\s*)?(?P<word>[a-z]+)(?P<rest>.*)", re.S)
+# what after a multiplier makes it no multiplier: a compound (`hundred-dollar bills`), a place (`thousands digit`)
+_NOT_SCALING = re.compile(r"-|\s*(?:digits?|places?|columns?)(?![a-z])")
+
+
 def _scaled_in_text(pred: str) -> bool:
-    """Whether a text group in `pred` scales the number before it (`_MULTIPLIERS`, `_POWER_WORDS`)."""
+    """Whether a text group in `pred` scales the number before it: its first word a multiplier (`_MULTIPLIERS`; not
+    `_NOT_SCALING`) or, on the number itself, a power (`_POWER_WORDS`)."""
     for m in _TEXT_GROUP.finditer(pred):
-        words = re.findall(r"[a-z]+", m.group(1).lower())
-        if any(w.removesuffix("s") in _MULTIPLIERS for w in words):
+        if (first := _FIRST_WORD.match(m.group(1).lower())) is None:
+            continue
+        word = first.group("word")
+        if word.removesuffix("s") in _MULTIPLIERS and not _NOT_SCALING.match(first.group("rest")):
             return True
-        if words and words[0] in _POWER_WORDS and _AFTER_NUMBER.search(pred[: m.start()]):
+        if word in _POWER_WORDS and (first.group("number") or _AFTER_NUMBER.search(pred[: m.start()])):
             return True
     return False
 
