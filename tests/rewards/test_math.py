@@ -522,7 +522,11 @@ EQUIV_TABLE = [
     ("The answer is $\\boxed{144 \\text{ (12 squared)}}$.", "144", True),
     ("The answer is $\\boxed{5 \\text{ hundred-dollar bills}}$.", "5", True),
     ("The answer is $\\boxed{12{,}000 \\text{ (twelve thousand)}}$.", "12000", True),
-    ("\\boxed{\\text{12 thousand}}", "12", False),
+    ("\\boxed{12\\text{ hundredths}}", "12", False),  # 0.12 (was right for 12)
+    ("\\boxed{12\\text{ tenths}}", "12", False),
+    ("\\boxed{12 \\text{ thousandths}}", "12", False),
+    ("\\boxed{12 \\text{ lakh}}", "12", False),
+    ("\\boxed{3 \\text{ (tenths digit)}}", "3", True),
     ("\\boxed{\\text{12 squared}}", "12", False),
     ("\\boxed{12 \\text{ cm}^2}", "12", True),
     # an answer followed by "or" and another value is a hedge (a review's: the text after the last box was cut,
