@@ -570,6 +570,17 @@ EQUIV_TABLE = [
     ("The probability is 3 out of 12, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),
     ("The chance is 1 in 4, or $\\boxed{25\\%}$.", "25", True),
     ("The count is a total of 4 or \\boxed{5}.", "5", False),  # no comma: still a hedge
+    # `\\(...\\)`, display math's `\\frac` and spacing, a hedging word after the "or": a hedge too
+    ("The answer is \\(4\\) or \\(\\boxed{5}\\).", "5", False),
+    ("$$4 \\quad\\text{or}\\quad \\boxed{5}$$", "5", False),
+    ("$$x = \\frac{1}{2} \\text{ or } x = \\boxed{\\frac{1}{3}}$$", "\\frac{1}{3}", False),
+    ("The answer is 4, or maybe \\boxed{5}.", "5", False),
+    ("The answer is 4 \\textrm{ or } \\boxed{5}", "5", False),
+    ("The answer is \\(1\\) or \\(\\boxed{1.0}\\).", "1", True),
+    ("The answer is 1 \\textrm{ or } \\boxed{1.0}", "1", True),
+    ("So \\(2x = 10\\), or \\(x = \\boxed{5}\\).", "5", True),
+    ("$$2x = 10 \\quad\\text{or}\\quad x = \\boxed{5}$$", "5", True),
+    ("\\[ x = \\frac{1}{2} \\text{ or } x = \\boxed{0.5} \\]", "\\frac{1}{2}", True),
     ("So 3 or more steps give \\boxed{5}", "5", True),  # the "or" is not right before the box
     ("We try 2 or 3 cases.\nHence \\boxed{5}", "5", True),
     ("\\boxed{12}. Or 13 if the order matters.", "12", True),  # another sentence, another line: no hedge

@@ -386,9 +386,14 @@ _OPEN_ENDED = re.compile(
     re.I,
 )
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
+# (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
+# hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`)
 _OR_BEFORE = re.compile(
-    r"(?<![\w.])(?P<value>[-+]?\d[\d.,/]*|\$[^$\n]*\d[^$\n]*\$)[\s$]*,?\s*(?:(?<![A-Za-z\\])or(?![A-Za-z])|"
-    r"\\text\s*\{\s*or\s*\})(?:\s|\$|\\[(\[ ]|\\q?quad)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
+    r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
+    r"|\$[^$\n]*\d[^$\n]*\$)(?:\s|\$|\\[)\] ]|\\q?quad|~)*,?\s*"
+    r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
+    r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:(?:maybe|perhaps|possibly|probably)(?![A-Za-z])[\s,]*)?"
+    r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
 )
 # what `_equation_before_or` reads: a relation, and a value assigned to a variable (`x = 4`, not `2x = 10`)
 _OR_RELATION = r"(?:=|<|>|\u2264|\u2265|\u2260|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq)(?![A-Za-z]))"
@@ -575,7 +580,9 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
 
 
 MAX_OFFERED = 8  # a hedge offering more values is wrong without a look
-_OR_PARTS = re.compile(r"\\text\s*\{\s*or\s*\}|(?<![A-Za-z\\])or(?![A-Za-z])")  # between a hedge's values
+_OR_PARTS = re.compile(
+    r"\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\}|(?<![A-Za-z\\])or(?![A-Za-z])"
+)  # between a hedge's values
 
 
 def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
@@ -591,7 +598,7 @@ def _values_offered(hedge: str) -> list[str]:
     when the text around those boxes or groups holds a digit: another value). A part's comma before ", or" is
     no part of its value (`0.25, or \\boxed{\\frac{1}{4}}`)."""
     if _OR_WORD.search(hedge):
-        return [part.strip().removesuffix(",") for part in _OR_PARTS.split(hedge)]
+        return [_undelimited(part.strip().removesuffix(",")) for part in _OR_PARTS.split(hedge)]
     boxes = _boxes(hedge)
     if len(boxes) >= 2:
         values, outside, pos = [c for _, c in boxes], [], 0
@@ -603,6 +610,17 @@ def _values_offered(hedge: str) -> list[str]:
     else:
         values, outside = _MATH_GROUP.findall(hedge), _MATH_GROUP.sub(" ", hedge)
     return [] if re.search(r"\d", outside) else values
+
+
+def _undelimited(part: str) -> str:
+    """A hedge's part without the math delimiter its "or" cut from its pair (`\\(4\\) or \\(\\boxed{5}\\)`)."""
+    part = part.strip()
+    for opening, closing in (("\\(", "\\)"), ("\\[", "\\]")):
+        if part.endswith(closing) and opening not in part:
+            part = part[: -len(closing)].strip()
+        if part.startswith(opening) and closing not in part:
+            part = part[len(opening) :].strip()
+    return part
 
 
 def _unparenthesized(value: str) -> str:
