@@ -569,6 +569,10 @@ EQUIV_TABLE = [
     ("The number of girls is $40\\%$ of $30$, or $\\boxed{12}$.", "12", True),
     ("The probability is 3 out of 12, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),
     ("The chance is 1 in 4, or $\\boxed{25\\%}$.", "25", True),
+    ("The answer is 10 - 3, or $\\boxed{7}$.", "7", True),
+    ("This is 2^10, or $\\boxed{1024}$.", "1024", True),
+    ("We get 3 \\times 4, or $\\boxed{12}$.", "12", True),
+    ("The answer is x = -3, or x = \\boxed{5}.", "5", False),
     ("The count is a total of 4 or \\boxed{5}.", "5", False),  # no comma: still a hedge
     # `\\(...\\)`, display math's `\\frac` and spacing, a hedging word after the "or": a hedge too
     ("The answer is \\(4\\) or \\(\\boxed{5}\\).", "5", False),

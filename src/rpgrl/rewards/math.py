@@ -402,7 +402,10 @@ _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a 
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
 # a number after these words is an operand of what the box states (`40% of 30, or \boxed{12}`), not a value offered
-_OPERAND_END = re.compile(r"(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus)\s*\$?\s*$", re.I)
+_OPERAND_END = re.compile(
+    r"(?:(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus)|[-+*/^]|\\(?:times|cdot|div))\s*\$?\s*$",
+    re.I,
+)
 _COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")
 
 
