@@ -374,6 +374,41 @@ def test_a_reward_failing_in_the_evaluation_before_rl_keeps_the_warm_start(tmp_p
     assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
 
 
+class _Killed(BaseException):
+    """A SIGKILL, in-process: no handler of the loop catches it."""
+
+
+def test_a_resume_killed_after_the_evaluation_before_rl_writes_its_row_once(tmp_path, monkeypatch):
+    """A warm start saved without its evaluation (the reward failed there) is evaluated again by the resume, which
+    appends the row of step 0 before its checkpoint: a resume killed in between left that row, and the next resume
+    appended a second one (the evaluation before RL twice in eval.jsonl, the plot and the tracker). One row."""
+    from rpgrl.errors import UsageError
+    from rpgrl.rewards import REWARDS, register_reward
+
+    if "test_fails_when_on" not in REWARDS:
+        register_reward("test_fails_when_on")(_fails_when_on)
+    cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "2"), ("sft.max_steps", "2"),
+               ("sft.batch_size", "8"))  # fmt: skip
+    real_eval, real_save = loop.run_eval, loop._save
+    out = tmp_path / "run"
+    _FAIL.update(on=False)
+    monkeypatch.setattr(loop, "run_eval", _eval_failing_at(0))
+    with pytest.raises(UsageError, match="in the evaluation before RL, after the warm start, which is saved"):
+        loop.train(cfg, out)
+    monkeypatch.setattr(loop, "run_eval", real_eval)
+
+    def killed(run, step):
+        raise _Killed
+
+    monkeypatch.setattr(loop, "_save", killed)
+    with pytest.raises(_Killed):
+        loop.train(cfg, out, resume=True)
+    assert [r["step"] for r in read_metrics(out / "eval.jsonl")] == [0]
+    monkeypatch.setattr(loop, "_save", real_save)
+    loop.train(cfg, out, resume=True)
+    assert [r["step"] for r in read_metrics(out / "eval.jsonl")] == [0, 2]
+
+
 @pytest.mark.parametrize("value", [1e39, -3e38, 1.01e15, float("inf")])
 def test_a_reward_too_large_for_the_advantages_names_the_sample(value):
     """1e39 is finite as a Python float but inf in float32; -3e38 fits float32 but its square does not (the group

@@ -239,7 +239,10 @@ def prepare_run_dir(run: Run):
     if gone:  # the file was deleted or cut by hand: said, since every step is otherwise logged exactly once
         print0(f"--resume: {out / 'metrics.jsonl'} has no row for step {gone} (deleted or cut since it was written); "
                f"the run goes on from step {run.start_step + 1}")  # fmt: skip
-    truncate_metrics(out / "eval.jsonl", run.start_step, keep=lambda r: not r.get("final"))
+    # a warm start saved without its evaluation (the reward failed there) evaluates again: an earlier row of that
+    # evaluation (a resume killed before its checkpoint) goes, so step 0 has one row
+    evaluated = not resumed or run.state.start_accuracy is not None
+    truncate_metrics(out / "eval.jsonl", run.start_step if evaluated else -1, keep=lambda r: not r.get("final"))
     if resumed and 0 < run.start_step == cfg.train.max_steps:  # only the end-of-run phase is left: it reuses the
         kept = [r for r in read_metrics(out / "eval.jsonl") if r["step"] == run.start_step]  # step's periodic row
         run.last_eval = {k: math.nan if v is None else v for k, v in kept[-1].items()} if kept else None
