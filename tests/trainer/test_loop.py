@@ -409,6 +409,32 @@ def test_a_resume_killed_after_the_evaluation_before_rl_writes_its_row_once(tmp_
     assert [r["step"] for r in read_metrics(out / "eval.jsonl")] == [0, 2]
 
 
+def test_a_warm_start_saved_without_its_evaluation_is_kept_by_a_resume_without_sft(tmp_path, monkeypatch):
+    """Whether the evaluation before RL follows a warm start is the checkpoint's to say, not the resume's
+    sft.max_steps: `--resume --sft.max_steps 0` on a warm start saved without its evaluation said only the reward's
+    failure (no "--resume"), and after a fix left step 0's checkpoint without its evaluation (not saved again)."""
+    from rpgrl.errors import UsageError
+    from rpgrl.rewards import REWARDS, register_reward
+    from rpgrl.trainer.checkpoint import load_newest
+
+    if "test_fails_when_on" not in REWARDS:
+        register_reward("test_fails_when_on")(_fails_when_on)
+    cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "0"), ("sft.max_steps", "2"),
+               ("sft.batch_size", "8"))  # fmt: skip
+    no_warm = apply_overrides(cfg, [("sft.max_steps", "0")])
+    out, real_eval = tmp_path / "run", loop.run_eval
+    _FAIL.update(on=False)
+    monkeypatch.setattr(loop, "run_eval", _eval_failing_at(0))
+    with pytest.raises(UsageError, match="in the evaluation before RL, after the warm start, which is saved"):
+        loop.train(cfg, out)
+    with pytest.raises(UsageError, match="in the evaluation before RL, after the warm start, which is saved"):
+        loop.train(no_warm, out, resume=True, base=cfg)  # as `rpgrl train --resume` passes the saved config
+    monkeypatch.setattr(loop, "run_eval", real_eval)
+    summary = loop.train(no_warm, out, resume=True, base=cfg)
+    assert summary["sft"]["steps"] == 2
+    assert load_newest(out / "checkpoints")[1]["trainer"]["start_accuracy"] == summary["start_accuracy"]
+
+
 @pytest.mark.parametrize("value", [1e39, -3e38, 1.01e15, float("inf")])
 def test_a_reward_too_large_for_the_advantages_names_the_sample(value):
     """1e39 is finite as a Python float but inf in float32; -3e38 fits float32 but its square does not (the group

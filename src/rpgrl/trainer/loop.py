@@ -312,7 +312,7 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
         try:
             first = run_eval(run.model, run.tokenizer, run.task, run.benchmarks, cfg, 0, run.state, run.out)
         except RewardFailed as e:  # the warm start trained: kept, and the resume evaluates it again
-            if cfg.sft.max_steps <= 0:
+            if run.state.sft is None:  # no warm start (or none in this run's checkpoint): nothing to keep
                 raise
             _save(run, 0)
             tracker.close()
@@ -322,7 +322,7 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
         run.state.start_accuracy = first[M.EVAL_ACCURACY]
         if math.isfinite(run.state.start_accuracy):  # NaN: no held-out set (a file dataset without data.val)
             print0(f"held-out greedy accuracy before RL: {100 * run.state.start_accuracy:.1f}%")
-        if cfg.sft.max_steps > 0:  # a checkpoint after the warm start, so a resume never repeats it
+        if run.state.sft is not None:  # a checkpoint after the warm start, so a resume never repeats it
             _save(run, 0)
     if stop is not None and stop.received is not None:  # signalled during the warm start or the first evaluation
         _save(run, run.start_step)
