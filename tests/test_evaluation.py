@@ -954,3 +954,43 @@ def test_a_journal_line_that_is_no_chunk_is_one_line(tmp_path):
     path.write_text(json.dumps({"settings": 5}) + "\n")
     with pytest.raises(UsageError, match="is not an rpgrl eval journal"):
         Journal(path, settings)
+
+
+def test_a_journal_chunk_with_other_responses_or_state_is_one_line(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """A chunk whose responses are not its problems' (one dropped by an edit) or whose generator state this
+    generator does not take (an edit, another device's) was replayed: a traceback after the model loaded ("sampler
+    returned the wrong shape", "Expected a CPUGeneratorImplState of size 5056"), or, had the counts summed right,
+    responses shifted to other problems. Refused in one line naming the line; the chunks as written continue."""
+    from rpgrl import evaluation
+    from rpgrl.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}?", "answer": str(2 * i)}) + "\n" for i in range(3)))
+
+    def stop(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(evaluation, "write_report", stop)  # every chunk sampled and kept, no report
+        assert main(_eval_argv(tiny_model_dir, data, tmp_path / "out")) == 130
+    lines = (tmp_path / "out" / "partial.jsonl").read_text().splitlines(keepends=True)
+    assert len(lines) == 4
+    chunk = json.loads(lines[2])
+    edits = {
+        "texts": chunk | {"texts": chunk["texts"][:2]},
+        "rng": chunk | {"rng": "AAAA"},
+        "empty": chunk | {"rng": ""},
+    }
+    for name, bad in edits.items():
+        out = tmp_path / name
+        shutil.copytree(tmp_path / "out", out)
+        (out / "partial.jsonl").write_text("".join([*lines[:2], json.dumps(bad) + "\n", *lines[3:]]))
+        capsys.readouterr()
+        assert main(_eval_argv(tiny_model_dir, data, out)) == 2, name
+        err = capsys.readouterr().err
+        last = err.splitlines()[-1]  # after "continuing the evaluation in ..." and the sampling bar
+        assert "Traceback" not in err and last.startswith("rpgrl eval: error: "), (name, err)
+        assert "partial.jsonl: line 3 cannot be continued from" in last, (name, err)
+    capsys.readouterr()
+    assert main(_eval_argv(tiny_model_dir, data, tmp_path / "out")) == 0
+    assert "continuing the evaluation in" in capsys.readouterr().err

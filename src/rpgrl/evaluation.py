@@ -285,10 +285,13 @@ def model_sampler(
             for s in range(0, len(prompts), step):
                 chunk = prompts[s : s + step]
                 key = digest(chunk, n)
-                done = journal.replay(key) if journal is not None else None
+                done = journal.replay(key, len(chunk) * n) if journal is not None else None
                 if done is not None:
                     texts += done[0]
-                    generator.set_state(torch.frombuffer(bytearray(done[1]), dtype=torch.uint8))
+                    try:
+                        generator.set_state(torch.frombuffer(bytearray(done[1]), dtype=torch.uint8))
+                    except (RuntimeError, ValueError):  # another size (ValueError: none), not this generator's
+                        journal.not_written(journal.position - 1, "its generator state is not this device's")
                 else:
                     drawn = sample(
                         model,

@@ -98,17 +98,25 @@ class Journal:
 
             write_text_atomic(self.path, "".join(json.dumps(x) + "\n" for x in good))
 
-    def replay(self, key: str) -> tuple[list[str], bytes] | None:
+    def replay(self, key: str, count: int | None = None) -> tuple[list[str], bytes] | None:
         """The next chunk's texts and the generator state after it, if it was sampled before; None if not. A
-        recorded chunk with other prompts (the data changed under the same settings) is a UsageError."""
+        recorded chunk with other prompts (the data changed under the same settings), or with other than `count`
+        texts, is a UsageError."""
         if self.position >= len(self.chunks):
             return None
         chunk = self.chunks[self.position]
         if chunk.get("digest") != key:
             raise UsageError(f"{self.path}: chunk {self.position + 1} was sampled from other prompts (a data file "
                              "changed since): pass a new --out folder")  # fmt: skip
+        if count is not None and len(chunk["texts"]) != count:  # an edit: its responses would shift to other problems
+            self.not_written(self.position, f"it holds {len(chunk['texts'])} responses, not {count}")
         self.position += 1
         return chunk["texts"], base64.b64decode(chunk["rng"])
+
+    def not_written(self, index: int, why: str) -> None:
+        """UsageError: chunk `index` (0-based) cannot be replayed, for `why`."""
+        raise UsageError(f"{self.path}: line {index + 2} cannot be continued from ({why}): pass a "
+                         "new --out folder, or delete the file")  # fmt: skip
 
     def record(self, key: str, texts: Sequence[str], rng_state: bytes) -> None:
         """Append one chunk (one write, fsynced; the settings line first when the file is new)."""
