@@ -403,3 +403,31 @@ def test_no_run_on_some_claims_keeps_the_others_records(tmp_path, capsys):
     printed = capsys.readouterr().out
     for name, claim in stored["claims"].items():
         assert f"  {name}: {claim['verdict']}\n" in printed, name
+
+
+def test_a_run_cache_of_one_claim_keeps_the_other_claims_records(tmp_path, capsys):
+    """With a run cache for the named claim (e.g. `rpgrl reproduce methods --out docs/results` run here), the
+    records of the claims not named were dropped from OUT/results.json all the same (only the cache-less --no-run
+    kept them). They stay as they were."""
+    from rpgrl.reproduce.claims import warm_start_config
+
+    committed = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results", "results.json")
+    with open(committed) as f:
+        stored = json.load(f)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "results.json").write_text(json.dumps(stored))
+    scale = QUICK if stored["header"]["scale"] == QUICK.__dict__ else FULL
+    seeds = sorted(int(s) for s in stored["header"]["seeds"])
+    arm = CLAIMS["methods"].arms[0]
+    record = next(a for a in stored["claims"]["methods"]["arms"] if a["name"] == arm.name)["runs"][str(seeds[0])]
+    job = Job(arm.config(base_config(scale)), seeds[0], config_key(warm_start_config(scale), seeds[0]))
+    run_dir(suite, job).mkdir(parents=True)
+    (run_dir(suite, job) / "record.json").write_text(json.dumps(record))  # the cache holds one run of one claim
+    flags = ["--no-run", "--out", str(suite), "--report", str(tmp_path / "one.md"), "--seeds", str(len(seeds))]
+    assert rpgrl_main(["reproduce", "methods", *flags, *(["--quick"] if scale is QUICK else [])]) == 0
+    after = json.loads((suite / "results.json").read_text())
+    assert list(after["claims"]) == list(stored["claims"])
+    for name in CLAIMS:
+        if name != "methods":
+            assert after["claims"][name] == stored["claims"][name], name

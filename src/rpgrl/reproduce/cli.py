@@ -168,7 +168,7 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
     from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
     from rpgrl.trainer.log import json_safe
 
-    stored = earlier["claims"] if earlier is not None else {}  # the records of claims not named: kept nowhere else
+    stored = _stored_claims(out, scale, seeds)  # the records of claims not named: maybe kept nowhere else
     claims_json = {n: results["claims"].get(n, stored.get(n)) for n in (*CLAIMS, *stored)}
     saved = {**results, "claims": {n: r for n, r in claims_json.items() if r is not None}}
     out.mkdir(parents=True, exist_ok=True)
@@ -251,6 +251,18 @@ def _commit() -> str:
         return head.stdout.strip() + ("+dirty" if dirty else "") if head.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def _stored_claims(out: Path, scale: Scale, seeds: list[int]) -> dict:
+    """The claims OUT/results.json holds, as it holds them, when it is a suite at this scale over these seeds (the
+    file a suite rewrites: claims it does not name stay); {} when there is none (or it is unreadable, or another
+    suite's: `_earlier_results` says so where it is read)."""
+    try:
+        stored = json.loads((out / "results.json").read_text())
+        same = stored["header"]["scale"] == scale.__dict__ and set(stored["header"]["seeds"]) == set(seeds)
+        return stored["claims"] if same and isinstance(stored["claims"], dict) else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: list[int]) -> dict | None:
