@@ -633,7 +633,7 @@ def test_a_benchmark_file_named_in_another_encoding_gets_its_report(tiny_model_d
     """A benchmark whose file name is not UTF-8 (Latin-1 `é`, a surrogate escape in Python) sampled every problem,
     then failed printing its table (a UTF-8 stdout, as in the locale en_US.UTF-8) or drawing passk_majk.png
     (matplotlib refuses the title): a traceback, exit 1, no metrics.json, the same on every rerun (a review's probe).
-    The report is written; its table and plot title show the byte as "?"."""
+    The report is written; its table and plot title show the byte escaped."""
     from rpgrl.cli import main
 
     data = tmp_path / os.fsdecode(b"bench\xe9.jsonl")
@@ -646,7 +646,7 @@ def test_a_benchmark_file_named_in_another_encoding_gets_its_report(tiny_model_d
     assert [r["benchmark"] for r in rows] == [name, name] and (out / "passk_majk.png").stat().st_size > 1000
     mean = sum(sum(r["correct"]) for r in rows) / (3 * len(rows))  # k = 3 samples per problem
     assert metrics[f"eval/{name}/mean@3"] == mean and not (out / "partial.jsonl").exists()
-    assert "\nbench?  " in capsys.readouterr().out
+    assert "\nbench\\udce9  " in capsys.readouterr().out
 
 
 def test_rpgrl_eval_with_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
@@ -994,3 +994,14 @@ def test_a_journal_chunk_with_other_responses_or_state_is_one_line(tiny_model_di
     capsys.readouterr()
     assert main(_eval_argv(tiny_model_dir, data, tmp_path / "out")) == 0
     assert "continuing the evaluation in" in capsys.readouterr().err
+
+
+def test_benchmarks_named_apart_by_a_byte_outside_utf8_are_shown_apart():
+    """`b"bench\\xe9"` and `b"bench\\xe8"` were both "bench?" in the table and the plot titles: escaped as stderr
+    shows their paths, they stay two names."""
+    from rpgrl.evaluation import BenchmarkResult, format_table
+
+    names = [os.fsdecode(b"bench\xe9"), os.fsdecode(b"bench\xe8")]
+    rows = format_table([BenchmarkResult(n, [], [], [], {"mean@1": 0.5}) for n in names]).splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["bench\\udce9", "bench\\udce8"]
+    "\n".join(rows).encode("utf-8")  # what a UTF-8 stdout takes

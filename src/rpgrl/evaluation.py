@@ -511,8 +511,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _shown(name: str) -> str:
     """A benchmark name as text any UTF-8 output takes: a file stem not in UTF-8 (held by Python as surrogate
-    escapes, which a UTF-8 stdout and matplotlib refuse) with its stray bytes as "?"."""
-    return name.encode("utf-8", "replace").decode("utf-8")
+    escapes, which a UTF-8 stdout and matplotlib refuse) with its stray bytes escaped, as stderr shows its path
+    (as "?", two files differing in such a byte had rows and plot titles of one name)."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def format_table(results: Sequence[BenchmarkResult]) -> str:
