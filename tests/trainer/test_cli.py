@@ -794,3 +794,16 @@ def test_prompts_are_encoded_in_one_call_as_each_alone_and_a_prompt_that_fails_i
     texts = ["What is 1+1?", [{"role": "user", "content": "And 2+2?"}]]
     assert encode_prompts(byte, texts, chat=True) == [encode_prompt(byte, p, chat=True) for p in texts]
     assert encode_prompts(byte, texts, chat=False) == [encode_prompt(byte, p, chat=False) for p in texts]
+
+
+@pytest.mark.parametrize("chat", ["true", "false"])
+def test_a_prompt_the_tokenizer_cannot_encode_is_named_by_its_index(capsys, tmp_path, chat):
+    """A data file's prompt holding a lone surrogate (JSON's "\\udce9": no tokenizer takes it) was quoted but not
+    located ("cannot encode the prompt ..."): named as a prompt too long is, by split and index, in one line."""
+    rows = [{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(8)]
+    rows[5]["prompt"] = "What is \udce9?"
+    data = _jsonl(tmp_path / "d.jsonl", rows)
+    args = [a for a in TINY_ARGS if not a.startswith("--data.num_")]
+    err = _fail(capsys, [*args, "--data.train", data, "--model.chat_template", chat, "--out", str(tmp_path / "r")])
+    assert "error: training prompt 5: the model's tokenizer cannot encode the prompt " in err, err
+    assert "(characters outside its vocabulary: '\\udce9')" in err, err

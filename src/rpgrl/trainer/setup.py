@@ -201,18 +201,25 @@ def encode_prompt(tokenizer, prompt: Any, *, chat: bool) -> list[int]:
     return encode_text(tokenizer, prompt_text(prompt))
 
 
-def encode_prompts(tokenizer, prompts: list, *, chat: bool) -> list[list[int]]:
+def encode_prompts(tokenizer, prompts: list, *, chat: bool, what: str = "prompt") -> list[list[int]]:
     """`encode_prompt` of each prompt; plain texts in one tokenizer call (a call per prompt cost about a second on
-    the default's 20,000), each again alone if that call fails, so the error names the prompt."""
+    the default's 20,000), each again alone if that call fails, so the error names the prompt: `what` and its
+    index ("training prompt 5: ..."), as `fit_prompt` names one too long."""
     from rpgrl.data import prompt_text
 
-    if chat and getattr(tokenizer, "chat_template", None):
-        return [encode_prompt(tokenizer, p, chat=True) for p in prompts]
-    texts = [prompt_text(p) for p in prompts]
-    try:
-        return [list(ids) for ids in tokenizer(texts)["input_ids"]] if texts else []
-    except Exception:  # the `tokenizers` library raises plain Exception
-        return [encode_prompt(tokenizer, p, chat=False) for p in prompts]
+    if not (chat and getattr(tokenizer, "chat_template", None)):
+        texts = [prompt_text(p) for p in prompts]
+        try:
+            return [list(ids) for ids in tokenizer(texts)["input_ids"]] if texts else []
+        except Exception:  # the `tokenizers` library raises plain Exception
+            pass
+    ids = []
+    for i, p in enumerate(prompts):
+        try:
+            ids.append(encode_prompt(tokenizer, p, chat=chat))
+        except UsageError as e:
+            raise UsageError(f"{what} {i}: {e}") from None
+    return ids
 
 
 def fit_prompt(ids: list[int], d, what: str, prompt: Any) -> list[int]:
@@ -260,7 +267,7 @@ def load_task(cfg: Config, tokenizer) -> Task:
         train = val = None
 
     def enc(prompts, split):
-        ids = encode_prompts(tokenizer, prompts, chat=chat)
+        ids = encode_prompts(tokenizer, prompts, chat=chat, what=f"{split} prompt")
         return [fit_prompt(ids[i], d, f"{split} prompt {i}", p) for i, p in enumerate(prompts)]
 
     return Task(enc(tp, "training"), list(ta), enc(vp, "held-out"), list(va), train, val)
