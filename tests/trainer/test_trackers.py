@@ -202,3 +202,33 @@ def test_a_tracker_that_refuses_to_start_leaves_no_trace(tmp_path, monkeypatch):
     with pytest.raises(UsageError):
         trackers.make_tracker("wandb", run, {}, resume_step=1)
     assert [p.name for p in run.iterdir()] == ["metrics.jsonl"]
+
+
+def test_tensorboard_holds_the_evaluation_before_rl_of_a_warm_start_saved_without_it(tmp_path, monkeypatch):
+    """A reward failing in the evaluation before RL saves the warm start at step 0 without it; the resume evaluates
+    again, but its tracker took step 0 as logged (rows at or before the checkpoint are skipped): TensorBoard never
+    held eval/accuracy at step 0. It does, each step once, the config once."""
+    pytest.importorskip("tensorboard")
+    from test_loop import _FAIL, _eval_failing_at, _fails_when_on
+
+    from rpgrl.rewards import REWARDS, register_reward
+
+    if "test_fails_when_on" not in REWARDS:
+        register_reward("test_fails_when_on")(_fails_when_on)
+    cfg = tiny(("data.reward", "test_fails_when_on"), ("train.max_steps", "2"), ("sft.max_steps", "2"),
+               ("sft.batch_size", "8"), ("train.report_to", "tensorboard"))  # fmt: skip
+    run, real = tmp_path / "run", loop.run_eval
+    _FAIL.update(on=False)
+    monkeypatch.setattr(loop, "run_eval", _eval_failing_at(0))
+    with pytest.raises(UsageError, match="in the evaluation before RL, after the warm start, which is saved"):
+        loop.train(cfg, run)
+    monkeypatch.setattr(loop, "run_eval", real)
+    loop.train(cfg, run, resume=True)
+    got = tensorboard_scalars(run)
+    assert [s for s, _ in got["eval/accuracy"]] == [0, 2]
+    assert_same(got, expected_scalars(run))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    assert len(acc.Tensors("config/text_summary")) == 1

@@ -222,7 +222,9 @@ def prepare_run_dir(run: Run):
     cfg, out, resumed = run.cfg, run.out, run.checkpoint is not None
     aside = _set_aside(out, RESTART_REMOVES) if run.restart else None
     try:  # a tracker that refuses to start (W&B without a login) must not cost the attempt's files
-        tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), run.start_step if resumed else None)
+        # rows after `logged` are new to the trackers; a warm start saved without its evaluation logs step 0 again
+        logged = run.start_step if run.state.start_accuracy is not None else run.start_step - 1
+        tracker = make_tracker(cfg.train.report_to, out, config_to_dict(cfg), logged if resumed else None)
     except BaseException:
         if aside is not None:
             _put_back(aside, out)
