@@ -232,3 +232,17 @@ def test_tensorboard_holds_the_evaluation_before_rl_of_a_warm_start_saved_withou
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     assert len(acc.Tensors("config/text_summary")) == 1
+
+
+def test_a_benchmark_named_in_another_encoding_reaches_tensorboard(tmp_path):
+    """eval/<benchmark>/... of a benchmark file named in Latin-1 (a surrogate escape in Python) stopped a run at its
+    first evaluation with a UnicodeEncodeError traceback from TensorBoard's protobuf, every resume again: logged,
+    its byte escaped as the evaluation's table shows it."""
+    pytest.importorskip("tensorboard")
+    import os
+
+    name = os.fsdecode(b"bench\xe9")
+    tracker = trackers.TensorBoardTracker(tmp_path, {}, None)
+    tracker.log({"step": 0, f"eval/{name}/mean@2": 0.5, "eval/accuracy": 1.0})
+    tracker.close()
+    assert tensorboard_scalars(tmp_path)["eval/bench\\udce9/mean@2"] == [(0, 0.5)]
