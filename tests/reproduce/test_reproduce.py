@@ -431,3 +431,10 @@ def test_a_run_cache_of_one_claim_keeps_the_other_claims_records(tmp_path, capsy
     for name in CLAIMS:
         if name != "methods":
             assert after["claims"][name] == stored["claims"][name], name
+    # ... and the named claim's own records where the cache has fewer (one run cached of all those stored: the
+    # report said "No data yet" and results.json kept that one run; a review's)
+    methods = {a["name"]: a for a in after["claims"]["methods"]["arms"]}
+    for arm_before in stored["claims"]["methods"]["arms"]:
+        assert methods[arm_before["name"]]["runs"] == arm_before["runs"], arm_before["name"]
+        assert methods[arm_before["name"]]["curves"] == arm_before["curves"], arm_before["name"]
+    assert after["claims"]["methods"]["verdict"] == stored["claims"]["methods"]["verdict"]

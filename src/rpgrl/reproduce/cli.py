@@ -149,9 +149,7 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         rec = cached_record(run_dir(out, job))
         if rec is not None:
             runs.setdefault(name, {}).setdefault(arm, {})[job.seed] = rec
-    earlier = _earlier_results(out, claims, base, scale, seeds) if not run and not runs else None
-    if earlier is not None:  # no run cache (another machine): the records an earlier results.json holds
-        runs = earlier["runs"]
+    earlier, from_earlier = (None, set()) if run else _stored_records(out, claims, base, scale, seeds, runs)
     if not run and not runs:  # a mistyped --out would otherwise overwrite a report with an empty one
         raise UsageError(f"--no-run: no finished run of these claims is cached under {out}; check --out, or run "
                          "without --no-run")  # fmt: skip
@@ -163,7 +161,8 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
     if earlier is not None:  # its records hold no per-step curves; its arms hold their means
         for n, r in results["claims"].items():
             for arm in r["arms"]:
-                arm["curves"] = earlier["curves"].get((n, arm["name"]), arm["curves"])
+                if (n, arm["name"]) in from_earlier:
+                    arm["curves"] = earlier["curves"][(n, arm["name"])]
     add_multiplicity(results["claims"])
     from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
     from rpgrl.trainer.log import json_safe
@@ -263,6 +262,27 @@ def _stored_claims(out: Path, scale: Scale, seeds: list[int]) -> dict:
         return stored["claims"] if same and isinstance(stored["claims"], dict) else {}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def _stored_records(out, claims, base, scale, seeds, runs) -> tuple[dict | None, set[tuple[str, str]]]:
+    """--no-run: `runs` (the run cache's records) completed in place from OUT/results.json arm by arm, where it holds
+    more seeds of an arm than the cache (no cache: another machine; a partial one: a copied or pruned folder), so a
+    report never has fewer records than the file it rewrites. Returns (`_earlier_results`, the (claim, arm) pairs
+    taken from it), or (None, empty) when none is taken. With a cache, a results.json this suite cannot read is
+    left aside, as before."""
+    try:
+        earlier = _earlier_results(out, claims, base, scale, seeds)
+    except UsageError:
+        if not runs:
+            raise
+        return None, set()
+    taken = set()
+    for name, arms in (earlier or {}).get("runs", {}).items():
+        for arm, records in arms.items():
+            if len(records) > len(runs.get(name, {}).get(arm, {})):
+                runs.setdefault(name, {})[arm] = records
+                taken.add((name, arm))
+    return (earlier, taken) if taken else (None, taken)
 
 
 def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: list[int]) -> dict | None:
