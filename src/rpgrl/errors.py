@@ -53,6 +53,12 @@ def one_line(e: BaseException) -> str:
     return str(e).replace("\r", "\\r").replace("\n", "\\n")
 
 
+def utf8_text(name: str) -> str:
+    """`name` as text any UTF-8 output takes (a UTF-8 stdout, matplotlib, TensorBoard, W&B): a file name not in
+    UTF-8, held by Python as surrogate escapes, with its stray bytes escaped as stderr shows its path."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type name when it has none (for one-line errors)."""
     lines = str(e).strip().splitlines()

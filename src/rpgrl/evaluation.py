@@ -51,6 +51,7 @@ from rpgrl.errors import (
     first_line,
     interrupt_signal,
     seed_arg,
+    utf8_text,
 )
 from rpgrl.journal import NAME as JOURNAL
 from rpgrl.journal import Journal, digest, files_fingerprint, kept
@@ -509,19 +510,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _shown(name: str) -> str:
-    """A benchmark name as text any UTF-8 output takes: a file stem not in UTF-8 (held by Python as surrogate
-    escapes, which a UTF-8 stdout and matplotlib refuse) with its stray bytes escaped, as stderr shows its path
-    (as "?", two files differing in such a byte had rows and plot titles of one name)."""
-    return name.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def format_table(results: Sequence[BenchmarkResult]) -> str:
     keys = list(results[0].metrics)
     keys = [k for k in keys if not k.startswith("worst@")]
     header = f"{'benchmark':<16}{'problems':>9}" + "".join(f"{k:>10}" for k in keys)
     rows = [
-        f"{_shown(r.name):<16}{len(r.problems):>9}" + "".join(f"{r.metrics.get(k, float('nan')):>10.4f}" for k in keys)
+        f"{utf8_text(r.name):<16}{len(r.problems):>9}"
+        + "".join(f"{r.metrics.get(k, float('nan')):>10.4f}" for k in keys)
         for r in results
     ]
     return "\n".join([header, *rows])
@@ -725,7 +720,7 @@ def plot_pass_maj(results: Sequence[BenchmarkResult], path: Path) -> Path | None
         ax.set_xscale("log", base=2)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("k (samples per problem)")
-        ax.set_title(_shown(name))
+        ax.set_title(utf8_text(name))
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()

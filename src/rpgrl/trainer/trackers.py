@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from rpgrl.errors import UsageError, first_line
+from rpgrl.errors import UsageError, first_line, utf8_text
 
 REPORT_TO = ("none", "tensorboard", "wandb")
 _NOT_SCALARS = ("step", "final")
@@ -53,13 +53,6 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def tag(key: str) -> str:
-    """A metric's name as the trackers take it (UTF-8): a benchmark file named in another encoding (its stray bytes
-    held as surrogate escapes, which TensorBoard's protobuf and W&B refuse) with those bytes escaped, as the
-    evaluation's table shows them."""
-    return key.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 class NullTracker:
     """Tracks nothing: one code path whether or not a tracker is configured."""
 
@@ -87,7 +80,7 @@ class TensorBoardTracker:
         if self.resume_step is not None and step <= self.resume_step:
             return
         for k, v in scalars(row).items():
-            self.writer.add_scalar(tag(k), v, global_step=step)
+            self.writer.add_scalar(utf8_text(k), v, global_step=step)
         self.writer.flush()
 
     def close(self) -> None:
@@ -122,7 +115,7 @@ class WandbTracker:
         if self.resume_step is not None and step <= self.resume_step:
             return
         # W&B stores NaN as a string-typed value in some views; keep it out of the charts
-        self.run.log({tag(k): v for k, v in scalars(row).items() if math.isfinite(v)}, step=step)
+        self.run.log({utf8_text(k): v for k, v in scalars(row).items() if math.isfinite(v)}, step=step)
 
     def close(self) -> None:
         self.run.finish()
