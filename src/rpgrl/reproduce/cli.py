@@ -287,9 +287,8 @@ def _stored_records(out, claims, base, scale, seeds, runs) -> tuple[dict | None,
 
 def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: list[int]) -> dict | None:
     """From OUT/results.json, written by an earlier suite: {"runs": claim -> arm -> seed -> record, "curves":
-    (claim, arm) -> mean curves, "header": its header, "claims": every claim it holds, as it holds them}, "runs" and
-    "curves" for the arms whose flags are still the claim's (an arm changed since is left out); None when there is no
-    such file. A suite at another scale (--quick or not) or over
+    (claim, arm) -> mean curves, "header": its header}, for the arms whose flags are still the claim's (an arm
+    changed since is left out); None when there is no such file. A suite at another scale (--quick or not) or over
     other seeds than `seeds` is refused (its arms' mean curves are over all its seeds)."""
     path = out / "results.json"
     if not path.is_file():
@@ -314,7 +313,7 @@ def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: li
             if now.get(arm["name"]) == arm["flags"] and arm["runs"]:
                 runs.setdefault(name, {})[arm["name"]] = {int(s): rec for s, rec in arm["runs"].items()}
                 curves[(name, arm["name"])] = arm["curves"]
-    return {"runs": runs, "curves": curves, "header": stored["header"], "claims": stored["claims"]} if runs else None
+    return {"runs": runs, "curves": curves, "header": stored["header"]} if runs else None
 
 
 def _header(scale: Scale, seeds: list[int], jobs: int, runs: dict, earlier: dict | None = None) -> dict:
