@@ -364,7 +364,7 @@ def _hedge_before(text: str, start: int) -> str:
     m = _OR_BEFORE.search(line)
     if m is None or _equation_before_or(line[: m.start()], m.group("value")):
         return ""
-    if _OPERAND_END.search(line[: m.start()]) and _COMMA_OR.search(m.group()):
+    if _OPERAND_END.search(line[: m.start()]) and _COMMA_OR.search(m.group()) and not m.group("hedged"):
         return ""  # `40% of 30, or \\boxed{12}`, `3 out of 12, or \\boxed{\\frac{1}{4}}`: the result restated
     return line[m.start() :]
 
@@ -392,7 +392,7 @@ _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
     r"|\$[^$\n]*\d[^$\n]*\$)(?:\s|\$|\\[)\] ]|\\q?quad|~)*,?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
-    r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:(?:maybe|perhaps|possibly|probably)(?![A-Za-z])[\s,]*)?"
+    r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>(?:maybe|perhaps|possibly|probably)(?![A-Za-z])[\s,]*)?"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
 )
 # what `_equation_before_or` reads: a relation, and a value assigned to a variable (`x = 4`, not `2x = 10`)
