@@ -438,3 +438,23 @@ def test_a_run_cache_of_one_claim_keeps_the_other_claims_records(tmp_path, capsy
         assert methods[arm_before["name"]]["runs"] == arm_before["runs"], arm_before["name"]
         assert methods[arm_before["name"]]["curves"] == arm_before["curves"], arm_before["name"]
     assert after["claims"]["methods"]["verdict"] == stored["claims"]["methods"]["verdict"]
+
+
+def test_a_suite_at_another_scale_keeps_the_results_json_it_replaces(tmp_path, capsys):
+    """A --quick cache in a folder whose results.json holds the full suite (docs/results: no run cache) rewrote it
+    with the quick suite's one claim: five claims' records, kept nowhere else, were gone, where the same command
+    without a cache is refused. The file it replaces is kept beside it, and said."""
+    committed = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results", "results.json")
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    with open(committed) as f:
+        before = f.read()
+    (suite / "results.json").write_text(before)
+    _cached_suite(suite, "clip-range", [0])
+    argv = ["reproduce", "clip-range", "--quick", "--seeds", "1", "--out", str(suite), "--no-run"]
+    assert rpgrl_main([*argv, "--report", str(tmp_path / "r.md")]) == 0
+    assert "kept as" in capsys.readouterr().out
+    assert (suite / "results-previous.json").read_text() == before
+    assert list(json.loads((suite / "results.json").read_text())["claims"]) == ["clip-range"]
+    assert rpgrl_main([*argv, "--report", str(tmp_path / "r.md")]) == 0  # the same suite again: nothing to keep
+    assert not (suite / "results-previous-2.json").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -171,7 +172,10 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
     claims_json = {n: results["claims"].get(n, stored.get(n)) for n in (*CLAIMS, *stored)}
     saved = {**results, "claims": {n: r for n, r in claims_json.items() if r is not None}}
     out.mkdir(parents=True, exist_ok=True)
+    kept = None if stored else _keep_other_suite(out)
     write_text_atomic(out / "results.json", json.dumps(json_safe(saved), indent=1, allow_nan=False) + "\n")
+    if kept is not None:
+        print(f"{out / 'results.json'} held another suite (another scale or seeds, or unreadable): kept as {kept}")
     write_report(results, report, len(seeds))
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
@@ -262,6 +266,26 @@ def _stored_claims(out: Path, scale: Scale, seeds: list[int]) -> dict:
         return stored["claims"] if same and isinstance(stored["claims"], dict) else {}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def _keep_other_suite(out: Path) -> Path | None:
+    """A copy of OUT/results.json as results-previous.json (or -2, -3, ...), for a file the suite's write replaces
+    without keeping its claims (another scale or seeds: `_stored_claims` reads none of them; or unreadable): their
+    records may be kept nowhere else (docs/results holds no run cache). Returns the copy, or None (no claims)."""
+    path = out / "results.json"
+    try:
+        if not json.loads(path.read_text()).get("claims"):
+            return None  # no claims: nothing to lose
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        pass  # unreadable: kept as it is
+    aside, n = out / "results-previous.json", 1
+    while aside.exists():
+        n += 1
+        aside = out / f"results-previous-{n}.json"
+    shutil.copyfile(path, aside)  # a copy: a failing write leaves results.json as it was
+    return aside
 
 
 def _stored_records(out, claims, base, scale, seeds, runs) -> tuple[dict | None, set[tuple[str, str]]]:
