@@ -555,7 +555,15 @@ EQUIV_TABLE = [
     ("The answer is $\\frac12$ or \\boxed{0.5}", "0.5", True),  # one value written twice
     ("Converting, 0.25, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),  # the comma is no part of 0.25
     ("The answer is $2^{10}$, or $\\boxed{1024}$.", "1024", True),
-    ("The answer is 4, or \\boxed{5}.", "5", False),
+    # ", or" before the box restates (a conversion, a result: MATH's style), "or" alone or with "maybe" offers; a
+    # second value for one variable is offered either way
+    ("The answer is 4, or \\boxed{5}.", "5", True),
+    ("The probability is $12\\%$, or $\\boxed{0.12}$.", "0.12", True),
+    ("So it costs \\$2.50, or \\boxed{250} cents.", "250", True),
+    ("The odds are 1:3, or \\boxed{\\frac{1}{4}}.", "\\frac{1}{4}", True),
+    ("That is $\\binom{4}{2}$, or $\\boxed{6}$.", "6", True),
+    ("x = -3, or x = \\boxed{5}", "5", False),
+    ("$x = -3$, or $x = \\boxed{5}$", "5", False),
     # an equation or inequality before the "or" offers no value: the "or" restates it solved (MATH's style)
     ("Solving, $2x = 10$, or $x = \\boxed{5}$.", "5", True),
     ("Thus $n - 3 = 4$, or $n = \\boxed{7}$.", "7", True),

@@ -364,9 +364,17 @@ def _hedge_before(text: str, start: int) -> str:
     m = _OR_BEFORE.search(line)
     if m is None or _equation_before_or(line[: m.start()], m.group("value")):
         return ""
-    if _OPERAND_END.search(line[: m.start()]) and _COMMA_OR.search(m.group()) and not m.group("hedged"):
-        return ""  # `40% of 30, or \\boxed{12}`, `3 out of 12, or \\boxed{\\frac{1}{4}}`: the result restated
-    return line[m.start() :]
+    if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _assigned(line[: m.start()], m.group("value")):
+        return ""  # `0.25, or \\boxed{\\frac{1}{4}}`, `$12\\%$, or $\\boxed{0.12}$`, `\\$2.50, or \\boxed{250} cents`,
+    return line[m.start() :]  # `40% of 30, or \\boxed{12}`: ", or" restates (a conversion, a result), "or" offers
+
+
+def _assigned(before: str, value: str) -> bool:
+    """Whether the value before a box's "or" is assigned to a variable (`x = -3, or x = \\boxed{5}`, `$x = -3$`): one
+    of two values offered for it."""
+    if value.startswith("$"):
+        return _OR_ASSIGNED.fullmatch(value[1:-1]) is not None and _OR_RELATION_IN.search(value) is not None
+    return _OR_ASSIGNED_END.search(before) is not None
 
 
 def _equation_before_or(before: str, value: str) -> bool:
@@ -401,12 +409,7 @@ _OR_RELATION_IN = re.compile(_OR_RELATION)
 _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a relation: its right side
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
-# a number after these words is an operand of what the box states (`40% of 30, or \boxed{12}`), not a value offered
-_OPERAND_END = re.compile(
-    r"(?:(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus)|[-+*/^]|\\(?:times|cdot|div))\s*\$?\s*$",
-    re.I,
-)
-_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")
+_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after restates what comes before
 
 
 def _answer_shaped(content: str) -> bool:
