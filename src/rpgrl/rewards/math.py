@@ -364,16 +364,18 @@ def _hedge_before(text: str, start: int) -> str:
     m = _OR_BEFORE.search(line)
     if m is None or _equation_before_or(line[: m.start()], m.group("value")):
         return ""
+    # ", or" restates (a conversion, a result: `$12\\%$, or $\\boxed{0.12}$`, `\\$2.50, or \\boxed{250} cents`, `40% of
+    # 30, or \\boxed{12}`); "or" alone offers, as does ", or maybe" or ", or" between two values of one variable
     if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _assigned(line[: m.start()], m.group("value")):
-        return ""  # `0.25, or \\boxed{\\frac{1}{4}}`, `$12\\%$, or $\\boxed{0.12}$`, `\\$2.50, or \\boxed{250} cents`,
-    return line[m.start() :]  # `40% of 30, or \\boxed{12}`: ", or" restates (a conversion, a result), "or" offers
+        return ""
+    return line[m.start() :]
 
 
 def _assigned(before: str, value: str) -> bool:
     """Whether the value before a box's "or" is assigned to a variable (`x = -3, or x = \\boxed{5}`, `$x = -3$`): one
     of two values offered for it."""
     if value.startswith("$"):
-        return _OR_ASSIGNED.fullmatch(value[1:-1]) is not None and _OR_RELATION_IN.search(value) is not None
+        return _OR_ASSIGNED.fullmatch(value[1:-1]) is not None
     return _OR_ASSIGNED_END.search(before) is not None
 
 
