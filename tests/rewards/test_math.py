@@ -582,6 +582,8 @@ EQUIV_TABLE = [
     ("We get 3 \\times 4, or $\\boxed{12}$.", "12", True),
     ("The answer is x = -3, or x = \\boxed{5}.", "5", False),
     ("The count is a total of 4 or \\boxed{5}.", "5", False),  # no comma: still a hedge
+    ("The answer is 4 (or \\boxed{5}).", "5", False),  # "(or" too (was right for 5: only ", or" was read)
+    ("We get $3 \\times 4$ (or $\\boxed{12}$).", "12", True),  # one value written twice
     ("This simplifies to 42, or maybe \\boxed{43}.", "43", False),  # a hedging word: no restated result
     ("The total comes to 10, or perhaps $\\boxed{12}$.", "12", False),
     # `\\(...\\)`, display math's `\\frac` and spacing, a hedging word after the "or": a hedge too

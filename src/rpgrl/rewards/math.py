@@ -397,10 +397,11 @@ _OPEN_ENDED = re.compile(
 )
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 # (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
-# hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`)
+# hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
+# `4 (or \boxed{5})`)
 _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
-    r"|\$[^$\n]*\d[^$\n]*\$)(?:\s|\$|\\[)\] ]|\\q?quad|~)*,?\s*"
+    r"|\$[^$\n]*\d[^$\n]*\$)(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>(?:maybe|perhaps|possibly|probably)(?![A-Za-z])[\s,]*)?"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
