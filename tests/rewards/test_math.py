@@ -539,6 +539,7 @@ EQUIV_TABLE = [
     ("Answer: 12\n\nWait, in fact \\boxed{13} or 14.", "13", False),
     ("</think> The answer is \\boxed{12} or maybe 13", "12", False),
     ("\\boxed{\\frac12} (or 0.5)", "\\frac12", True),
+    ("The answer is $\\boxed{\\frac{1}{2}}$ (or $0.5$).", "\\frac12", True),  # was wrong: the period kept ")"
     ("\\boxed{12} or more", "12", False),  # an open range is no single value (was right: no digit after "or")
     ("\\boxed{5} or fewer", "5", False),
     ("\\boxed{5} or so", "5", True),  # about 5: one value

@@ -633,8 +633,9 @@ def _undelimited(part: str) -> str:
 
 
 def _unparenthesized(value: str) -> str:
-    """`value` without the unmatched parenthesis a hedge's "or" left at its end (`$\\frac{1}{2}$ (or $0.5$)`)."""
-    value = value.strip()
+    """`value` without the unmatched parenthesis a hedge's "or" left at its end (`$\\frac{1}{2}$ (or $0.5$)`, and
+    the sentence's end marks after it: `(or $0.5$).`)."""
+    value = _END_MARKS.sub("", value.strip()).strip()
     if value.endswith("(") and value.count("(") > value.count(")"):
         return value[:-1]
     if value.endswith(")") and value.count(")") > value.count("("):
