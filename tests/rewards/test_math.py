@@ -543,6 +543,8 @@ EQUIV_TABLE = [
     ("\\boxed{12} or more", "12", False),  # an open range is no single value (was right: no digit after "or")
     ("\\boxed{5} or fewer", "5", False),
     ("\\boxed{5} or so", "5", True),  # about 5: one value
+    ("$x = \\boxed{3}$ or $x = 4$", "3", False),  # a second value for the variable (was right: letters after "or")
+    ("The answer is $\\boxed{3}$ (or $x = 3.0$).", "3", True),
     ("The distance is $\\boxed{2\\sqrt{2}}$, or more precisely $2\\sqrt{2}$ units.", "2\\sqrt{2}", True),
     ("The smallest such $n$ is $\\boxed{12}$ or more simply twelve.", "12", True),  # restated, no range
     ("The answer is $\\boxed{\\frac{1}{2}}$ or less formally one half.", "\\frac{1}{2}", True),

@@ -354,6 +354,7 @@ def _hedge_after(text: str, end: int) -> str:
         return ""
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
     rest = _MAYBE.sub("", _END_MARKS.sub("", sentence[m.end() :]).strip(), count=1)
+    rest = _ASSIGNED_START.sub(r"\1", rest, count=1)  # `\boxed{3} or $x = 4$`: another value for the variable
     return sentence if _LONE_VALUE.fullmatch(rest) or _OPEN_ENDED.match(rest) else ""
 
 
@@ -388,6 +389,8 @@ def _equation_before_or(before: str, value: str) -> bool:
     return _OR_RELATION_END.search(before) is not None and _OR_ASSIGNED_END.search(before) is None
 
 
+# a variable assigned at the start of what follows that "or" (`or $x = 4$`): the value after it is read
+_ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
 _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
 # an open range after the "or" (`\boxed{12} or more`): no single value either; not `or more precisely 2\sqrt{2}`,
 # `or more simply, twelve` (the same value restated)
