@@ -549,6 +549,13 @@ EQUIV_TABLE = [
     ("The smallest such $n$ is $\\boxed{12}$ or more simply twelve.", "12", True),  # restated, no range
     ("The answer is $\\boxed{\\frac{1}{2}}$ or less formally one half.", "\\frac{1}{2}", True),
     ("He needs $\\boxed{12}$ or more, since each box holds one.", "12", False),
+    # a value and words after the "or": another value when hedged or conditional (were right: words restate), else
+    # the words restate it
+    ("The answer is \\boxed{13}, or perhaps 14 if we include the endpoints.", "13", False),
+    ("$\\boxed{17}$ (or 18 if we count the empty set)", "17", False),
+    ("\\boxed{12}, or maybe 12 apples", "12", True),
+    ("The answer is $\\boxed{5}$ (or $-5$, but we reject it since $x>0$).", "5", True),
+    ("It takes $\\boxed{4.5}$, or 4 hours and 30 minutes.", "4.5", True),
     # a value and "or" before the box, or "(or" between boxes: a hedge (were right for the box's value)
     ("\\boxed{4} (or \\boxed{5})", "5", False),
     ("\\boxed{4} (or \\boxed{5})", "4", False),

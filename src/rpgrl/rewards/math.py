@@ -353,9 +353,19 @@ def _hedge_after(text: str, end: int) -> str:
     if m is None:
         return ""
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
-    rest = _MAYBE.sub("", _END_MARKS.sub("", sentence[m.end() :]).strip(), count=1)
+    rest = _END_MARKS.sub("", sentence[m.end() :]).strip()
+    hedged, rest = _MAYBE.match(rest), _MAYBE.sub("", rest, count=1)
     rest = _ASSIGNED_START.sub(r"\1", rest, count=1)  # `\boxed{3} or $x = 4$`: another value for the variable
-    return sentence if _LONE_VALUE.fullmatch(rest) or _OPEN_ENDED.match(rest) else ""
+    if _LONE_VALUE.fullmatch(rest) or _OPEN_ENDED.match(rest):
+        return sentence
+    # a value and words after it: another value when hedged or conditional (`, or perhaps 14 apples`, `(or 18 if we
+    # count the empty set)`), judged without the words; else the words restate it (`or 125 cents`, `or -5, which
+    # is rejected`)
+    value = _LONE_VALUE.match(rest)
+    word = _WORD_AFTER_VALUE.match(rest, value.end()) if value else None
+    if word and (hedged or word.group(1).lower() in _CONDITIONS):
+        return sentence[: m.end()] + " " + value.group().strip()
+    return ""
 
 
 def _hedge_before(text: str, start: int) -> str:
@@ -391,6 +401,8 @@ def _equation_before_or(before: str, value: str) -> bool:
 
 # a variable assigned at the start of what follows that "or" (`or $x = 4$`): the value after it is read
 _ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
+_WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
+_CONDITIONS = frozenset("if when whenever unless depending assuming provided".split())  # `or 14 if ...`
 _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
 # an open range after the "or" (`\boxed{12} or more`): no single value either; not `or more precisely 2\sqrt{2}`,
 # `or more simply, twelve` (the same value restated)
