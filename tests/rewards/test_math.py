@@ -563,6 +563,12 @@ EQUIV_TABLE = [
     ("$x = 4$ or $x = \\boxed{5}$", "5", False),
     ("Answer is $4$ or $\\boxed{5}$.", "5", False),
     ("The answer is $\\frac12$ or \\boxed{0.5}", "0.5", True),  # one value written twice
+    # a percent and its fraction are one value, either way (were wrong: 20% read as 20 against 0.2)
+    ("So the final answer is $\\boxed{20\\%}$, or $0.2$.", "20\\%", True),
+    ("The answer is $\\frac{3}{4}$ or $\\boxed{75\\%}$.", "\\frac34", True),
+    ("\\boxed{50\\% \\text{ or } \\frac{1}{2}}", "\\frac{1}{2}", True),
+    ("The answer is $\\frac{3}{4}$ or $\\boxed{70\\%}$.", "\\frac34", False),
+    ("$12$ or $\\boxed{0.12}$", "12", False),
     ("Converting, 0.25, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),  # the comma is no part of 0.25
     ("The answer is $2^{10}$, or $\\boxed{1024}$.", "1024", True),
     # ", or" before the box restates (a conversion, a result: MATH's style), "or" alone or with "maybe" offers; a

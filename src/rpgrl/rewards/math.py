@@ -612,9 +612,33 @@ _OR_PARTS = re.compile(
 def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
     """Whether every value a hedge (`is_hedge`) offers equals the cleaned ground truth `gold`: one value written
     more than once is one answer (`\\boxed{12}, \\boxed{12.0}`); a value outside the boxes or math groups, or a
-    second value, keeps it wrong (`\\boxed{12} or \\boxed{13}`, `7, $540$, $540.0$`)."""
-    values = [clean_answer(_unparenthesized(v)) for v in _values_offered(hedge)]
-    return 2 <= len(values) <= MAX_OFFERED and all(v and _cleaned_equivalent(v, gold, deadline) for v in values)
+    second value, keeps it wrong (`\\boxed{12} or \\boxed{13}`, `7, $540$, $540.0$`). A percent and its fraction
+    are one value too (`$\\boxed{20\\%}$, or $0.2$`, `$\\frac{3}{4}$ or $\\boxed{75\\%}$`), that value either
+    way (20 or 0.2 for 20%)."""
+    raw = [_unparenthesized(v) for v in _values_offered(hedge)]
+    if not 2 <= len(raw) <= MAX_OFFERED:
+        return False
+    values = [clean_answer(v) for v in raw]
+    percents = [v for r, v in zip(raw, values, strict=True) if v and _is_percent(r)]
+
+    def equal(v: str, is_percent: bool) -> bool:
+        if _cleaned_equivalent(v, gold, deadline):
+            return True
+        if is_percent:  # 50% for 1/2
+            return _cleaned_equivalent(f"\\frac{{{v}}}{{100}}", gold, deadline)
+        # 0.2 written with 20%, which is the truth
+        return any(
+            _cleaned_equivalent(v, f"\\frac{{{p}}}{{100}}", deadline) and _cleaned_equivalent(p, gold, deadline)
+            for p in percents
+        )
+
+    return all(v and equal(v, _is_percent(r)) for r, v in zip(raw, values, strict=True))
+
+
+def _is_percent(value: str) -> bool:
+    """Whether a hedge's raw value ends in a percent sign, inside a box or math delimiters (`\\boxed{20\\%}$`)."""
+    inner = ", ".join(_boxed_contents(value)) or value
+    return re.search(r"%\s*$", _DELIMITERS.sub("", inner).strip().rstrip(".")) is not None
 
 
 def _values_offered(hedge: str) -> list[str]:
