@@ -316,6 +316,9 @@ EQUIV_TABLE = [
     ("Answer: \\textbf{(C)}\\ 7", "7", True),  # AMC: the choice letter and its value
     ("Answer: (C) 7", "7", True),
     ("Answer: (C) 7", "8", False),
+    ("The answer is $\\boxed{\\textbf{(C)}\\ 12}$.", "C", True),  # ... for the letter too (was wrong: 12 read)
+    ("Answer: (C) 7", "\\textbf{(C)}", True),
+    ("Answer: (C) 7", "D", False),
     ("Answer: 540 (not 541)", "541", False),  # a remark with a number is not read past ...
     ("Answer: 540 (m = 37)", "540", True),  # ... unless it only assigns values
     ("Answer: 540 (m = 37, n = 3)", "540", True),

@@ -600,7 +600,20 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     for p in candidates:  # a restated value is judged alone (`540 (37 + 503)` also reads as 540 x 540)
         if (value := _restated_value(p, deadline)) is not None:
             return _cleaned_equivalent(value, gold, deadline)
-    return any(_cleaned_equivalent(p, gold, deadline) for p in candidates)
+    return any(_cleaned_equivalent(p, gold, deadline) for p in candidates) or _same_choice(pred, gold)
+
+
+# a ground truth that is a choice letter: C, (C), \text{(C)}, \textbf{(C)}
+_GOLD_CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?(\(\s*)?([A-E])(?(1)\s*\))\s*\}?")
+
+
+def _same_choice(pred: str, gold: str) -> bool:
+    """Whether a cleaned answer that opens with an AMC choice and its value (`\\textbf{(C)}\\ 12`, `The answer is
+    (C) 12`) names the choice letter that is the ground truth (`without_remarks` keeps the value only)."""
+    if (g := _GOLD_CHOICE.fullmatch(gold)) is None or len(pred) > MAX_ANSWER_CHARS:
+        return False
+    s = pred[m.end() :] if (m := _ANSWER_IS.match(pred)) else pred
+    return (c := _CHOICE.match(s)) is not None and re.search(r"\(\s*([A-E])", c.group()).group(1) == g.group(2)
 
 
 MAX_OFFERED = 8  # a hedge offering more values is wrong without a look
