@@ -323,6 +323,29 @@ def test_a_presets_kl_clamp_left_without_a_separate_kl_term_is_dropped_not_refus
     assert loss_options(separate.loss)["kl_value_clamp"] == 5.0
 
 
+def test_a_clip_range_or_cap_the_clip_does_not_read_is_refused_as_unused():
+    """`--loss.clip none --loss.eps_high 0.3` ran as if the range were unset, and `--loss.clip truncate --loss.c 5`
+    ignored c: both refused in one line naming the key and why. The PPO family clips with its range whatever
+    loss.clip is ('dual' adds c): there only c is refused without the dual clip."""
+    from rpgrl.presets import get_preset
+
+    cases = [([("loss.clip", "none"), ("loss.eps_high", "0.3")], "loss.eps_high applies to loss.clip dual or "
+              r"truncate only \(loss.clip is none\)"),
+             ([("loss.clip", "none"), ("loss.eps_low", "0.1"), ("loss.c", "5")], r"loss.eps_low .*\(also unused: "
+              r"loss.c\)"),
+             ([("loss.clip", "truncate"), ("loss.c", "5")], r"loss.c applies to loss.clip dual .*loss.clip is "
+              "truncate")]  # fmt: skip
+    for flags, message in cases:
+        with pytest.raises(UsageError, match=message):
+            check(apply_overrides(Config(), flags), base=Config())
+    check(apply_overrides(Config(), [("loss.clip", "truncate"), ("loss.eps_high", "0.3")]), base=Config())
+    grpo = get_preset("grpo")
+    files = [("data.train", "t.jsonl"), ("data.reward", "math"), ("model.path", "m"), ("loss.clip", "none")]
+    check(apply_overrides(grpo, [*files, ("loss.eps_high", "0.3")]), base=grpo)  # PPO's range: read
+    with pytest.raises(UsageError, match=r"loss.c applies to loss.clip dual .*\(loss.clip is none\)"):
+        check(apply_overrides(grpo, [*files, ("loss.c", "5")]), base=grpo)
+
+
 def test_a_presets_own_kl_and_generation_batch_are_not_refused_as_unused():
     """`dapo --rollout.group_filter off` refused the preset's gen_prompts, `grpo --loss.name rpg` its loss.kl (a
     review's): not the user's settings. Set by the user, still refused."""

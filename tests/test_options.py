@@ -156,6 +156,37 @@ def test_unused_lists_exactly_the_options_rpg_loss_ignores_and_used_resets_them(
         assert "kl_value_clamp" not in separate.unused() and separate.used() == separate.check()
 
 
+def test_the_clip_range_and_cap_are_unused_exactly_where_the_clip_does_not_read_them():
+    """No clip reads neither the clip range nor c, 'truncate' reads the range but not c: `unused` names them there
+    (set away from their defaults) and the loss and its gradient are the same whatever they are; where they are read,
+    changing one changes the loss here (every unit's ratio is outside [0.8, 1.28] and one is above c = 2)."""
+    logp = torch.tensor([[-1.0, -2.5, -0.2], [-0.7, -0.1, -3.0]], dtype=torch.float64)
+    old = logp - torch.tensor([[0.4, -0.6, 0.3], [-0.3, 0.9, 0.5]], dtype=torch.float64)
+    adv, mask = torch.tensor([0.8, -1.1], dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)
+
+    def loss_and_grad(o: RPGOptions) -> tuple:
+        x = logp.clone().requires_grad_(True)
+        out = rpg_loss(x, old, adv, mask, **o.kwargs()).loss
+        out.backward()
+        return float(out.detach()), x.grad
+
+    moved = {"eps_low": 0.1, "eps_high": 0.5, "c": 2.0}
+    for style, clip, idle in (("reinforce", None, {"eps_low", "eps_high", "c"}), ("differentiable", None,
+                              {"eps_low", "eps_high", "c"}), ("reinforce", "truncate", {"c"}),
+                              ("reinforce", "dual", set()), ("differentiable", "dual", set())):  # fmt: skip
+        base = RPGOptions(style=style, clip=clip, beta=0.3)
+        assert not set(base.unused()) & set(moved)  # at their defaults: never named
+        value, grad = loss_and_grad(base)
+        for key, v in moved.items():
+            o = dataclasses.replace(base, **{key: v})
+            assert (key in o.unused()) == (key in idle), (style, clip, key)
+            v2, g2 = loss_and_grad(o)
+            same = v2 == value and torch.equal(g2, grad)
+            assert same == (key in idle), (style, clip, key)
+            if key in idle:
+                assert o.used() == base and f"{key} applies to clip=" in o.applies(key)
+
+
 def test_analogue_is_unused_with_the_kl_outside_the_clip():
     """kl_in_clip false puts the KL in a separate term: the analogue changes nothing (bit-identical loss and
     gradient, checked here), so a user who sets it is told (a review's)."""

@@ -624,9 +624,14 @@ def _unused_loss_options(lo: LossConfig) -> list[tuple[str, Any, str, str]]:
                     for k in ("beta", "kl_clamp") if getattr(lo, k) not in (getattr(LossConfig, k), 0.0)]  # fmt: skip
         if lo.clip == "truncate":  # the PPO family clips the ratio always; 'dual' adds the cap c
             out.append(("loss.clip", lo.clip, "loss.name rpg", f"loss.name {lo.name} takes loss.clip dual or none"))
+        elif lo.clip is None and lo.c != LossConfig.c:
+            out.append(("loss.c", lo.c, "loss.clip dual (the dual clip's cap)", "loss.clip is none"))
         return out
     clip = "none" if lo.clip is None else lo.clip  # as the command line writes it
-    why = {"branch": ("loss.clip dual", f"loss.clip is {clip}"),
+    why = {"eps_low": ("loss.clip dual or truncate", f"loss.clip is {clip}"),
+           "eps_high": ("loss.clip dual or truncate", f"loss.clip is {clip}"),
+           "c": ("loss.clip dual (the dual clip's cap)", f"loss.clip is {clip}"),
+           "branch": ("loss.clip dual", f"loss.clip is {clip}"),
            "kl_in_clip": ("loss.style differentiable with loss.clip dual",
                           f"loss.style is {lo.style}, loss.clip {clip}"),
            "analogue": ("loss.style differentiable with loss.clip dual and loss.kl_in_clip true (the advantage "

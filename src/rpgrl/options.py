@@ -101,14 +101,17 @@ class RPGOptions:
         return self.clip is None or released
 
     def unused(self) -> list[str]:
-        """The options set away from their defaults that `rpg_loss` does not read with these settings: the dual
-        clip's branch without the dual clip, the differentiable dual clip's `kl_in_clip` and `analogue` with the
+        """The options set away from their defaults that `rpg_loss` does not read with these settings: the clip
+        range without a clip, the dual clip's cap `c` and branch without the dual clip, the differentiable dual clip's `kl_in_clip` and `analogue` with the
         REINFORCE style or without the dual clip, `analogue` with `kl_in_clip` false (the loss is the same whatever
         they are), and `kl_value_clamp`
         without a separate KL term (which `check` refuses). Configs refuse them: a user who sets one expects an
         effect."""
         dual_differentiable = self.clip == "dual" and self.style == "differentiable"
         idle = {
+            "eps_low": self.clip is None,  # no clip: w enters unclipped
+            "eps_high": self.clip is None,
+            "c": self.clip != "dual",  # 'truncate' clamps w to the clip range only
             "branch": self.clip != "dual",
             "kl_in_clip": not dual_differentiable,
             "analogue": not (dual_differentiable and self.kl_in_clip),  # kl_in_clip false: the KL is separate
@@ -120,6 +123,9 @@ class RPGOptions:
         """Where an option `unused` names is read, and these options' settings that leave it idle (one phrase for a
         message: the adapters name the option in their own words)."""
         where = {
+            "eps_low": "clip='dual' or 'truncate'",
+            "eps_high": "clip='dual' or 'truncate'",
+            "c": "clip='dual'",
             "branch": "clip='dual'",
             "kl_in_clip": "style='differentiable' with clip='dual'",
             "analogue": "style='differentiable' with clip='dual' and kl_in_clip=True",
