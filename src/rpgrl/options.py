@@ -102,11 +102,10 @@ class RPGOptions:
 
     def unused(self) -> list[str]:
         """The options set away from their defaults that `rpg_loss` does not read with these settings: the clip
-        range without a clip, the dual clip's cap `c` and branch without the dual clip, the differentiable dual clip's `kl_in_clip` and `analogue` with the
-        REINFORCE style or without the dual clip, `analogue` with `kl_in_clip` false (the loss is the same whatever
-        they are), and `kl_value_clamp`
-        without a separate KL term (which `check` refuses). Configs refuse them: a user who sets one expects an
-        effect."""
+        range without a clip, the dual clip's cap `c` and branch without the dual clip, the differentiable dual
+        clip's `kl_in_clip` and `analogue` with the REINFORCE style or without the dual clip, `analogue` with
+        `kl_in_clip` false (the loss is the same whatever they are), and `kl_value_clamp` without a separate KL term
+        (which `check` refuses). Configs refuse them: a user who sets one expects an effect."""
         dual_differentiable = self.clip == "dual" and self.style == "differentiable"
         idle = {
             "eps_low": self.clip is None,  # no clip: w enters unclipped
