@@ -574,9 +574,17 @@ EQUIV_TABLE = [
     ("$12$ or $\\boxed{0.12}$", "12", False),
     ("Converting, 0.25, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),  # the comma is no part of 0.25
     ("The answer is $2^{10}$, or $\\boxed{1024}$.", "1024", True),
-    # ", or" before the box restates (a conversion, a result: MATH's style), "or" alone or with "maybe" offers; a
-    # second value for one variable is offered either way
-    ("The answer is 4, or \\boxed{5}.", "5", True),
+    # ", or" before the box restates a result or a conversion (an operand, a sum of money, math that is no lone
+    # value: MATH's style); after a lone value it offers another, as "or" alone or with "maybe" does, and a second
+    # value for one variable is offered either way
+    ("The answer is 4, or \\boxed{5}.", "5", False),
+    ("It could be 12, or \\boxed{13}.", "13", False),
+    ("It could be $4$, or $\\boxed{5}$.", "5", False),
+    ("The probability is $\\frac{1}{3}$, or $\\boxed{0.5}$.", "0.5", False),
+    ("The probability is $\\frac{1}{2}$, or $\\boxed{0.5}$.", "0.5", True),  # one value written twice
+    ("The probability is $13\\%$, or $\\boxed{0.12}$.", "0.12", False),
+    ("The ratio is $\\approx 0.33$, or $\\boxed{\\frac{1}{3}}$ exactly.", "\\frac{1}{3}", True),  # an approximation
+    ("The ratio is approximately 0.33, or $\\boxed{\\frac{1}{3}}$.", "\\frac{1}{3}", True),
     ("The probability is $12\\%$, or $\\boxed{0.12}$.", "0.12", True),
     ("So it costs \\$2.50, or \\boxed{250} cents.", "250", True),
     ("The odds are 1:3, or \\boxed{\\frac{1}{4}}.", "\\frac{1}{4}", True),

@@ -375,11 +375,23 @@ def _hedge_before(text: str, start: int) -> str:
     m = _OR_BEFORE.search(line)
     if m is None or _equation_before_or(line[: m.start()], m.group("value")):
         return ""
-    # ", or" restates (a conversion, a result: `$12\\%$, or $\\boxed{0.12}$`, `\\$2.50, or \\boxed{250} cents`, `40% of
-    # 30, or \\boxed{12}`); "or" alone offers, as does ", or maybe" or ", or" between two values of one variable
-    if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _assigned(line[: m.start()], m.group("value")):
+    # ", or" restates a result or a conversion (`\\$2.50, or \\boxed{250} cents`, `40% of 30, or \\boxed{12}`,
+    # `$\\binom{4}{2}$, or $\\boxed{6}$`); after a lone value it offers another (`The answer is 4, or \\boxed{5}`;
+    # `$12\\%$, or $\\boxed{0.12}$` is one value written twice), as "or" alone does, or ", or maybe"
+    before, value = line[: m.start()], m.group("value")
+    if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
         return ""
     return line[m.start() :]
+
+
+def _offered(before: str, value: str) -> bool:
+    """Whether the value before a box's ", or" is one offered for the answer: assigned to a variable (`x = -3, or
+    x = \\boxed{5}`), or a lone value (`4`, `$\\frac{1}{3}$`, `$12\\%$`) that is no operand (`40% of 30`, `10 - 3`,
+    `1:3`) nor a sum of money (`\\$2.50`)."""
+    if _assigned(before, value):
+        return True
+    lone = _LONE_OFFER.fullmatch(value[1:-1] if value.startswith("$") else value) is not None
+    return lone and _OPERAND_END.search(before) is None
 
 
 def _assigned(before: str, value: str) -> bool:
@@ -427,7 +439,17 @@ _OR_RELATION_IN = re.compile(_OR_RELATION)
 _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a relation: its right side
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
-_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after restates what comes before
+_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
+# a value offered alone (a number, a fraction, a root, a percent), not math around one (`2^{10}`, `\binom{4}{2}`)
+_LONE_OFFER = re.compile(r"\s*[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?\s*")
+# what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`),
+# an amount converted (`\$2.50`) or an approximation (`\approx 0.33, or \boxed{\frac{1}{3}}`)
+_OPERAND_END = re.compile(
+    r"(?:(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus|approximately)|[-+*/^:\u2248]"
+    r"|\\(?:times|cdot|div|approx|\$))"
+    r"\s*\$?\s*$",
+    re.I,
+)
 
 
 def _answer_shaped(content: str) -> bool:
