@@ -552,6 +552,12 @@ EQUIV_TABLE = [
     ("The smallest such $n$ is $\\boxed{12}$ or more simply twelve.", "12", True),  # restated, no range
     ("The answer is $\\boxed{\\frac{1}{2}}$ or less formally one half.", "\\frac{1}{2}", True),
     ("He needs $\\boxed{12}$ or more, since each box holds one.", "12", False),
+    # a value after "or more <adverb>" is offered (judged as a value), and "or more than" is an open range
+    ("The answer is $\\boxed{12}$, or more likely 13.", "12", False),
+    ("The answer is $\\boxed{12}$, or more precisely $12.0$.", "12", True),
+    ("The answer is $\\boxed{12}$, or more likely 13 apples.", "12", False),
+    ("We need $\\boxed{12}$ or more than that.", "12", False),
+    ("The answer is $\\boxed{12}$ or less than 13.", "12", False),
     # a value and words after the "or": another value when hedged or conditional (were right: words restate), else
     # the words restate it
     ("The answer is \\boxed{13}, or perhaps 14 if we include the endpoints.", "13", False),

@@ -355,15 +355,19 @@ def _hedge_after(text: str, end: int) -> str:
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
     rest = _END_MARKS.sub("", sentence[m.end() :]).strip()
     hedged, rest = _MAYBE.match(rest), _MAYBE.sub("", rest, count=1)
+    if reworded := _REWORDED.match(rest):  # `or more precisely 12.0`, `or more likely 13`: the value after it
+        rest = rest[reworded.end() :]
     rest = _ASSIGNED_START.sub(r"\1", rest, count=1)  # `\boxed{3} or $x = 4$`: another value for the variable
-    if _LONE_VALUE.fullmatch(rest) or _OPEN_ENDED.match(rest):
+    if _LONE_VALUE.fullmatch(rest):
+        return sentence[: m.end()] + " " + rest if reworded else sentence
+    if _OPEN_ENDED.match(rest):
         return sentence
     # a value and words after it: another value when hedged or conditional (`, or perhaps 14 apples`, `(or 18 if we
     # count the empty set)`), judged without the words; else the words restate it (`or 125 cents`, `or -5, which
     # is rejected`)
     value = _LONE_VALUE.match(rest)
     word = _WORD_AFTER_VALUE.match(rest, value.end()) if value else None
-    if word and (hedged or word.group(1).lower() in _CONDITIONS):
+    if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS):
         return sentence[: m.end()] + " " + value.group().strip()
     return ""
 
@@ -416,12 +420,11 @@ _ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
 _WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
 _CONDITIONS = frozenset("if when whenever unless depending assuming provided".split())  # `or 14 if ...`
 _MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
-# an open range after the "or" (`\boxed{12} or more`): no single value either; not `or more precisely 2\sqrt{2}`,
-# `or more simply, twelve` (the same value restated)
-_OPEN_ENDED = re.compile(
-    r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])(?!\s+(?:[A-Za-z]+ly|than)\b)",
-    re.I,
-)
+# "or", then "more" or "less" and an adverb (`or more precisely`, `or more simply, twelve`, `or more likely`): no
+# open range; a value after it is read as one offered (the same value restated, or another)
+_REWORDED = re.compile(r"^(?:more|less)\s+[A-Za-z]+ly\b[\s,]*", re.IGNORECASE)
+# an open range after the "or" (`\boxed{12} or more`, `or more than that`): no single value either
+_OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 # (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
 # hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
