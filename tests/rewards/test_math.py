@@ -319,6 +319,9 @@ EQUIV_TABLE = [
     ("The answer is $\\boxed{\\textbf{(C)}\\ 12}$.", "C", True),  # ... for the letter too (was wrong: 12 read)
     ("Answer: (C) 7", "\\textbf{(C)}", True),
     ("Answer: (C) 7", "D", False),
+    ("The answer is $\\boxed{\\textbf{(C)}\\ 12, \\textbf{(D)}\\ 13}$.", "C", False),  # a second choice offered
+    ("Answer: (C) 12 and (E) 14", "C", False),
+    ("Answer: (C) 12 (D) 13", "C", False),
     ("Answer: 540 (not 541)", "541", False),  # a remark with a number is not read past ...
     ("Answer: 540 (m = 37)", "540", True),  # ... unless it only assigns values
     ("Answer: 540 (m = 37, n = 3)", "540", True),

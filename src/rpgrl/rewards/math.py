@@ -634,11 +634,17 @@ _GOLD_CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?(\(\s*)?([A-E])
 
 def _same_choice(pred: str, gold: str) -> bool:
     """Whether a cleaned answer that opens with an AMC choice and its value (`\\textbf{(C)}\\ 12`, `The answer is
-    (C) 12`) names the choice letter that is the ground truth (`without_remarks` keeps the value only)."""
+    (C) 12`) names the choice letter that is the ground truth (`without_remarks` keeps the value only), and no other
+    choice after it (`(C) 12, (D) 13` offers two)."""
     if (g := _GOLD_CHOICE.fullmatch(gold)) is None or len(pred) > MAX_ANSWER_CHARS:
         return False
     s = pred[m.end() :] if (m := _ANSWER_IS.match(pred)) else pred
-    return (c := _CHOICE.match(s)) is not None and re.search(r"\(\s*([A-E])", c.group()).group(1) == g.group(2)
+    if (c := _CHOICE.match(s)) is None or _CHOICE_LETTER.search(s, c.end()):
+        return False
+    return _CHOICE_LETTER.search(c.group()).group(1) == g.group(2)
+
+
+_CHOICE_LETTER = re.compile(r"\(\s*([A-E])\s*\)")
 
 
 MAX_OFFERED = 8  # a hedge offering more values is wrong without a look
