@@ -532,6 +532,12 @@ EQUIV_TABLE = [
     ("\\boxed{12\\text{ tenths}}", "12", False),
     ("\\boxed{12 \\text{ thousandths}}", "12", False),
     ("\\boxed{12 \\text{ lakh}}", "12", False),
+    ("\\boxed{2 \\text{ thirds}}", "2", False),  # 2/3, as tenths are (was right for 2)
+    ("\\boxed{3 \\text{ fifths}}", "3", False),
+    ("\\boxed{7 \\text{ eighths}}", "7", False),
+    ("\\boxed{3 \\text{ halves}}", "3", False),
+    ("\\boxed{12 \\text{ tens}}", "12", False),
+    ("\\boxed{5 \\text{ ten-dollar bills}}", "5", True),
     ("\\boxed{3 \\text{ (tenths digit)}}", "3", True),
     ("\\boxed{\\text{12 squared}}", "12", False),
     ("\\boxed{12 \\text{ cm}^2}", "12", True),

@@ -794,7 +794,8 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
 # `12 \text{ thousand}` (12000), `12 \text{ dozen}` and `12 \text{ squared}` (144) were right for 12
 _TEXT_GROUP = re.compile(r"\\(?:text|textrm|textnormal|textit|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
 _MULTIPLIERS = frozenset(
-    "hundred thousand million billion trillion dozen lakh crore tenth hundredth thousandth millionth".split()
+    "ten hundred thousand million billion trillion dozen lakh crore tenth hundredth thousandth millionth "
+    "half halve third fourth fifth sixth seventh eighth ninth".split()  # (not quarters: coins too)
 )
 _POWER_WORDS = ("squared", "cubed")  # on the number itself (`12 \text{ squared}`), not after a unit (`cm squared`)
 _AFTER_NUMBER = re.compile(r"\d\s*(?:\\[ ,;:!]\s*)*$")
