@@ -1005,3 +1005,19 @@ def test_benchmarks_named_apart_by_a_byte_outside_utf8_are_shown_apart():
     rows = format_table([BenchmarkResult(n, [], [], [], {"mean@1": 0.5}) for n in names]).splitlines()[1:]
     assert [r.split()[0] for r in rows] == ["bench\\udce9", "bench\\udce8"]
     "\n".join(rows).encode("utf-8")  # what a UTF-8 stdout takes
+
+
+def test_a_benchmark_prompt_the_tokenizer_cannot_encode_is_named_by_its_index(tiny_model_dir, tmp_path, capsys):
+    """A prompt the model's tokenizer cannot encode was quoted only, inside the chat template's rendering: among
+    a benchmark's problems it could not be found. Named by benchmark and index, in one line, before the weights
+    load."""
+    from rpgrl.cli import main
+
+    data = tmp_path / "mybench.jsonl"
+    prompts = [f"What is {i}+1?" for i in range(4)]
+    prompts[2] = "What is \udce9?"
+    data.write_text("".join(json.dumps({"prompt": p, "answer": "1"}) + "\n" for p in prompts))
+    assert main(_eval_argv(tiny_model_dir, data, tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: mybench prompt 2: the model's tokenizer cannot encode" in err, err
+    assert not (tmp_path / "out").exists()

@@ -231,6 +231,15 @@ def encode_messages(tokenizer, messages: Messages, *, max_length: int | None = N
     return ids[-max_length:] if max_length else ids
 
 
+def encode_named(tokenizer, messages: Messages, what: str) -> list[int]:
+    """`encode_messages`, a prompt it cannot encode named as `what` ("aime prompt 5: ..."): its quote alone, inside
+    the chat template's rendering, does not locate it among a benchmark's problems."""
+    try:
+        return encode_messages(tokenizer, messages)
+    except UsageError as e:
+        raise UsageError(f"{what}: {e}") from None
+
+
 def encode_text(tokenizer, text: str, *, add_special_tokens: bool = True) -> list[int]:
     """`tokenizer(text)["input_ids"]`; a text the tokenizer cannot encode (a character outside the alphabet of
     `rpgrl.models.build_char_tokenizer`) is a `UsageError` quoting the text."""
@@ -600,7 +609,8 @@ def _encode_prompts(args: argparse.Namespace, benches: list[Benchmark]) -> list[
     from rpgrl.models import config_vocab, load_tokenizer
 
     tokenizer = load_tokenizer(args.model)
-    prompts = [encode_messages(tokenizer, problem.prompt) for bench in benches for problem in bench.problems]
+    prompts = [encode_named(tokenizer, problem.prompt, f"{bench.name} prompt {i}")
+               for bench in benches for i, problem in enumerate(bench.problems)]  # fmt: skip
     vocab = config_vocab(args.model)
     if vocab is not None:
         check_token_ids(prompts, vocab, "benchmark prompt")

@@ -807,3 +807,16 @@ def test_a_prompt_the_tokenizer_cannot_encode_is_named_by_its_index(capsys, tmp_
     err = _fail(capsys, [*args, "--data.train", data, "--model.chat_template", chat, "--out", str(tmp_path / "r")])
     assert "error: training prompt 5: the model's tokenizer cannot encode the prompt " in err, err
     assert "(characters outside its vocabulary: '\\udce9')" in err, err
+
+
+def test_a_benchmark_prompt_the_tokenizer_cannot_encode_is_named_by_its_index(capsys, tmp_path):
+    """As a training prompt is: an eval.benchmarks prompt the tokenizer cannot encode was quoted only, inside the
+    chat template's rendering ("cannot encode the prompt '<|user|>\\nWhat is ...'"): named by benchmark and index,
+    as one too long is."""
+    rows = [{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(4)]
+    rows[2]["prompt"] = "What is \udce9?"
+    data = _jsonl(tmp_path / "d.jsonl", rows[:2] * 4)
+    bench = _jsonl(tmp_path / "mybench.jsonl", rows)
+    args = [a for a in TINY_ARGS if not a.startswith("--data.num_")]
+    err = _fail(capsys, [*args, "--data.train", data, "--eval.benchmarks", bench, "--out", str(tmp_path / "r")])
+    assert "error: mybench prompt 2: the model's tokenizer cannot encode the prompt " in err, err

@@ -351,10 +351,11 @@ def _check_prompts(vocab: int | None, tokenizer, task: Task, benchmarks: list, c
     data.truncation says (`fit_prompt`; `evaluate` cuts them with `left`), and every prompt the run will sample from
     fits a vocabulary of `vocab` tokens (None: unknown, not checked): found now, not at the first step or evaluation.
     Returns the length of the longest prompt (tokens)."""
-    from rpgrl.evaluation import encode_messages
+    from rpgrl.evaluation import encode_named
 
     limit = cfg.eval.max_problems
-    bench_ids = {b.name: [fit_prompt(encode_messages(tokenizer, p.prompt), cfg.data, f"{b.name} prompt {i}", p.prompt)
+    bench_ids = {b.name: [fit_prompt(encode_named(tokenizer, p.prompt, f"{b.name} prompt {i}"), cfg.data,
+                                     f"{b.name} prompt {i}", p.prompt)
                           for i, p in enumerate(b.problems[:limit])] for b in benchmarks}  # fmt: skip
     every = [task.train_prompts, task.val_prompts, *bench_ids.values()]
     if vocab is not None:
