@@ -983,6 +983,31 @@ def test_hard_bound_kills_a_stuck_worker_and_recovers():
     assert math_score("Answer: 0.5", "\\frac{1}{2}")  # a fresh worker took over
 
 
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` (/proc): the worker's own CPU time, whatever else the machine runs."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="reads /proc")
+def test_a_fresh_workers_first_answer_of_each_kind_is_not_charged_one_time_loading():
+    """A polynomial identity's first judgement in a worker took ~0.45 s of its CPU (sympy loads and caches), then
+    ~0.01 s: on a loaded machine the first such answer of a run passed the 1 s limit and was judged wrong (a
+    review's; 0.65 s for a difference of squares, 0.45 s for sin^2 + cos^2). The worker judges one of each kind
+    before it reports ready; the kinds here are other answers than those it warms up on."""
+    from rpgrl.rewards import _mathverify
+
+    assert all(_mathverify.equivalent(p, g, timeout=30) for p, g in _mathverify.WARM_UP)  # each a real equivalence
+    for pred, gold in (("x^3-1", "(x-1)(x^2+x+1)"), ("2\\cos^2 x - 1", "\\cos 2x"), ("\\tan x", "\\frac{\\sin x}{\\cos x}"),
+                       ("\\int_0^2 x^2 dx", "\\frac83"), ("\\ln e^2", "2")):  # fmt: skip
+        _mathverify._local.worker = None  # a fresh worker
+        _mathverify.warm_up()
+        pid = _mathverify._local.worker.proc.pid
+        before = _cpu_seconds(pid)
+        assert _mathverify.equivalent(pred, gold, timeout=30)
+        assert _cpu_seconds(pid) - before < 0.25, pred  # 0.01-0.13 s measured after the warm-up's kinds
+
+
 def test_equiv_works_off_the_main_thread():
     results = []
 
