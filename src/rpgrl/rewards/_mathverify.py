@@ -223,8 +223,8 @@ def serve() -> None:
     # Warm up before saying ready: the ANTLR parser, and sympy's lazily imported sets, intervals, fractions and
     # radicals, so their one-time import is not charged to the first real answer's time limit (under load it took
     # over a second and judged a correct interval wrong). Also the first polynomial, trigonometric, logarithmic,
-    # complex, exponential, scientific-notation, union, derivative, integral and matrix answers: each kind's first judgement took
-    # 0.1-0.65 s on an idle worker (0.001-0.05 s after), over the 1 s limit on a loaded machine.
+    # complex, exponential, scientific-notation, union, derivative, integral and matrix answers: each kind's first
+    # judgement took 0.1-0.65 s on an idle worker (0.001-0.05 s after), over the 1 s limit on a loaded machine.
     for pred, gold in WARM_UP:
         judge(pred, gold)
     out = sys.stdout
