@@ -164,26 +164,28 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
             for arm in r["arms"]:
                 if (n, arm["name"]) in from_earlier:
                     arm["curves"] = earlier["curves"][(n, arm["name"])]
-    add_multiplicity(results["claims"])
     from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
     from rpgrl.trainer.log import json_safe
 
     stored = _stored_claims(out, scale, seeds)  # the records of claims not named: maybe kept nowhere else
     claims_json = {n: results["claims"].get(n, stored.get(n)) for n in (*CLAIMS, *stored)}
     saved = {**results, "claims": {n: r for n, r in claims_json.items() if r is not None}}
+    add_multiplicity(saved["claims"])  # Holm's family: the suite's comparisons, the stored claims' too
     out.mkdir(parents=True, exist_ok=True)
     kept = None if stored else _keep_other_suite(out)
     write_text_atomic(out / "results.json", json.dumps(json_safe(saved), indent=1, allow_nan=False) + "\n")
     if kept is not None:
         print(f"{out / 'results.json'} held another suite (another scale or seeds, or unreadable): kept as {kept}")
-    write_report(results, report, len(seeds))
+    write_report(results, report, len(seeds), suite=saved["claims"])
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
         print(f"  {n}: {r['verdict']}{'' if r['complete'] else ' (incomplete)'}")
     return results
 
 
-def write_report(results: dict, report: Path, n_seeds: int) -> None:
+def write_report(results: dict, report: Path, n_seeds: int, suite: dict | None = None) -> None:
+    """The markdown report of `results`' claims and their plots; `suite`: every claim OUT/results.json holds, over
+    whose comparisons Holm's correction runs (the named claims' when None)."""
     plots = plot_dir(report)
     h = results["header"]
     lines = [
@@ -206,7 +208,7 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
         "diverged, or ended 10+ points below its start. A comparison whose paired runs ran at different commits "
         "says so.",
         "",
-        _multiplicity_text(results["claims"]),
+        _multiplicity_text(suite or results["claims"], shown=len(results["claims"])),
         "",
     ]
     lines += ["| claim | verdict | after Holm's correction |", "|---|---|---|"]
@@ -222,12 +224,13 @@ def write_report(results: dict, report: Path, n_seeds: int) -> None:
     write_text_atomic(report, "\n".join(lines))
 
 
-def _multiplicity_text(claims: dict) -> str:
+def _multiplicity_text(claims: dict, shown: int | None = None) -> str:
     comps = [c for r in claims.values() for c in r["comparisons"]]
     k = sum(c["expect"] == "higher" for c in comps)
+    part = f" (this report shows {shown} of its {len(claims)} claims)" if (shown or len(claims)) < len(claims) else ""
     return (
-        f"**Many comparisons.** The suite makes {len(comps)} comparisons, each status resolved by a two-sided test "
-        f'at 5%. Were no arm truly different, each of its {k} "expected higher" comparisons would come out '
+        f"**Many comparisons.** The suite makes {len(comps)} comparisons{part}, each status resolved by a two-sided "
+        f'test at 5%. Were no arm truly different, each of its {k} "expected higher" comparisons would come out '
         f"supporting by chance with probability 2.5%, so at least one of them with probability {1 - 0.975**k:.0%}. "
         "Each comparison therefore also gives the p-value of the test its status rests on and Holm's adjustment "
         "over the suite, and the table below a second verdict in which a status whose adjusted p is 5% or more "
