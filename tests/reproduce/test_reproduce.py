@@ -303,6 +303,11 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "it holds a config.json (a training run or a model folder)" in err, err
     assert [q.name for q in run.iterdir()] == ["config.json"]
+    # a results.json that is a directory: the whole suite ran, then its write failed (a review's)
+    blocked = tmp_path / "blocked"
+    (blocked / "results.json").mkdir(parents=True)
+    _refused(capsys, ["reproduce", "methods", "--no-run", "--out", str(blocked)], "its results.json is a directory")
+    assert [q.name for q in blocked.iterdir()] == ["results.json"]
 
 
 def _cached_suite(out, claim, seeds):

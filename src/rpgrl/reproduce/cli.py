@@ -68,6 +68,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         problem = dir_problem(folder)
         if problem is not None:
             raise UsageError(f"{flag} {folder}: {problem}")
+    if (a.out / "results.json").is_dir():  # the suite's hours of runs would end in a failed write
+        raise UsageError(f"--out {a.out}: its results.json is a directory, where the suite writes its results: "
+                         "move it, or pass another folder")  # fmt: skip
     if (a.out / "config.json").is_file():  # what `rpgrl train` writes first; a suite directory never holds one
         raise UsageError(f"--out {a.out}: it holds a config.json (a training run or a model folder), not a "
                          "reproduction suite: pass another folder")  # fmt: skip
