@@ -666,6 +666,14 @@ EQUIV_TABLE = [
     ("\\boxed{12}, or \\boxed{12.0}", "12", True),
     ("$\\boxed{-1}$, $\\boxed{2}$, and $\\boxed{5}$", "5", False),
     ("$\\boxed{-1}$, $\\boxed{2}$, and $\\boxed{5}$", "-1, 2, 5", True),
+    # an AMC choice and "or" before a boxed choice: a hedge (was right for C: no digit before the "or")
+    ("either (B) or $\\boxed{(C)}$", "C", False),
+    ("The answer is \\textbf{(B)} or \\boxed{\\textbf{(C)}}.", "C", False),
+    ("The answer is (C) or $\\boxed{(C)}$.", "C", True),  # one choice written twice
+    ("Choices (A) or (B) fail, so the answer is $\\boxed{(C)}$.", "C", True),  # the "or" is not before the box
+    ("We get f(B) or \\boxed{(C)}", "C", True),  # a point named B, no choice
+    ("The answer is (B), or $\\boxed{(C)}$.", "C", False),  # ", or" after a lone choice offers another, as a value
+    ("The answer is (C), or $\\boxed{(C)}$.", "C", True),
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -390,8 +390,8 @@ def _hedge_before(text: str, start: int) -> str:
 
 def _offered(before: str, value: str) -> bool:
     """Whether the value before a box's ", or" is one offered for the answer: assigned to a variable (`x = -3, or
-    x = \\boxed{5}`), or a lone value (`4`, `$\\frac{1}{3}$`, `$12\\%$`) that is no operand (`40% of 30`, `10 - 3`,
-    `1:3`) nor a sum of money (`\\$2.50`)."""
+    x = \\boxed{5}`), or a lone value (`4`, `$\\frac{1}{3}$`, `$12\\%$`, `(B)`) that is no operand (`40% of 30`,
+    `10 - 3`, `1:3`) nor a sum of money (`\\$2.50`)."""
     if _assigned(before, value):
         return True
     lone = _LONE_OFFER.fullmatch(value[1:-1] if value.startswith("$") else value) is not None
@@ -428,10 +428,10 @@ _OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smalle
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 # (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
 # hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
-# `4 (or \boxed{5})`)
+# `4 (or \boxed{5})`); an AMC choice too (`either (B) or $\boxed{(C)}$` was right for C: no digit before the "or")
 _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
-    r"|\$[^$\n]*\d[^$\n]*\$)(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
+    r"|\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{\s*)?\(\s*[A-E]\s*\)\}?)(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>(?:maybe|perhaps|possibly|probably)(?![A-Za-z])[\s,]*)?"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
@@ -443,8 +443,12 @@ _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a 
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
 _COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
-# a value offered alone (a number, a fraction, a root, a percent), not math around one (`2^{10}`, `\binom{4}{2}`)
-_LONE_OFFER = re.compile(r"\s*[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?\s*")
+# a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`), not math
+# around one (`2^{10}`, `\binom{4}{2}`)
+_LONE_OFFER = re.compile(
+    r"\s*(?:[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
+    r"|(?:\\textbf\s*\{\s*)?\(\s*[A-E]\s*\)\}?)\s*"
+)
 # what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`),
 # an amount converted (`\$2.50`) or an approximation (`\approx 0.33, or \boxed{\frac{1}{3}}`)
 _OPERAND_END = re.compile(
