@@ -674,6 +674,13 @@ EQUIV_TABLE = [
     ("We get f(B) or \\boxed{(C)}", "C", True),  # a point named B, no choice
     ("The answer is (B), or $\\boxed{(C)}$.", "C", False),  # ", or" after a lone choice offers another, as a value
     ("The answer is (C), or $\\boxed{(C)}$.", "C", True),
+    # "or else" offers another value, after the box or before it (were right for 12: "else" read as words restating
+    # it); "or at least" restates it
+    ("$\\boxed{12}$, or else 13", "12", False),
+    ("The answer is 13, or else $\\boxed{12}$.", "12", False),
+    ("$\\boxed{12}$, or at least 12", "12", True),
+    ("$\\boxed{12}$, or else the count is off by one.", "12", True),  # no value after "or else"
+    ("The answer is at least 5, so $\\boxed{5}$ or at least \\boxed{5}.", "5", True),
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

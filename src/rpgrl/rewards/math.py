@@ -419,7 +419,10 @@ def _equation_before_or(before: str, value: str) -> bool:
 _ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
 _WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
 _CONDITIONS = frozenset("if when whenever unless depending assuming provided".split())  # `or 14 if ...`
-_MAYBE = re.compile(r"^(?:maybe|perhaps|possibly|probably)\b[\s,]*", re.IGNORECASE)  # another value, hedged
+# a word after "or" that offers another value, hedged; "or else" too (`$\boxed{12}$, or else 13` and `13, or else
+# \boxed{12}` were right for 12: "else" read as words restating it); not "or at least 12", which restates
+_HEDGING = r"(?:maybe|perhaps|possibly|probably|else)"
+_MAYBE = re.compile(rf"^{_HEDGING}\b[\s,]*", re.IGNORECASE)
 # "or", then "more" or "less" and an adverb (`or more precisely`, `or more simply, twelve`, `or more likely`): no
 # open range; a value after it is read as one offered (the same value restated, or another)
 _REWORDED = re.compile(r"^(?:more|less)\s+[A-Za-z]+ly\b[\s,]*", re.IGNORECASE)
@@ -433,7 +436,7 @@ _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
     r"|\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{\s*)?\(\s*[A-E]\s*\)\}?)(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
-    r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>(?:maybe|perhaps|possibly|probably)(?![A-Za-z])[\s,]*)?"
+    rf"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>{_HEDGING}(?![A-Za-z])[\s,]*)?"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
 )
 # what `_equation_before_or` reads: a relation, and a value assigned to a variable (`x = 4`, not `2x = 10`)
