@@ -681,6 +681,14 @@ EQUIV_TABLE = [
     ("$\\boxed{12}$, or at least 12", "12", True),
     ("$\\boxed{12}$, or else the count is off by one.", "12", True),  # no value after "or else"
     ("The answer is at least 5, so $\\boxed{5}$ or at least \\boxed{5}.", "5", True),
+    # a number word and "or" before the box: a hedge, judged as its number (was right for 5: no digit before "or")
+    ("four or \\boxed{5}", "5", False),
+    ("The answer is either Four or $\\boxed{5}$.", "5", False),
+    ("The answer is four, or \\boxed{4}", "4", True),
+    ("The answer is four, or \\boxed{5}", "5", False),  # ", or" after a lone number word offers another
+    ("The answer is four or \\boxed{4}.", "4", True),  # one value written twice
+    ("Someone or \\boxed{5}", "5", True),  # no number word: "one" inside a word
+    ("We can pick one or two, so \\boxed{5}", "5", True),  # the "or" is not before the box
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -385,13 +385,15 @@ def _hedge_before(text: str, start: int) -> str:
     before, value = line[: m.start()], m.group("value")
     if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
         return ""
+    if (word := value.lower()) in _NUMBER_WORDS:  # `four or \\boxed{5}`: the hedge judged as 4 or 5
+        return str(_NUMBER_WORDS[word]) + line[m.end("value") :]
     return line[m.start() :]
 
 
 def _offered(before: str, value: str) -> bool:
     """Whether the value before a box's ", or" is one offered for the answer: assigned to a variable (`x = -3, or
-    x = \\boxed{5}`), or a lone value (`4`, `$\\frac{1}{3}$`, `$12\\%$`, `(B)`) that is no operand (`40% of 30`,
-    `10 - 3`, `1:3`) nor a sum of money (`\\$2.50`)."""
+    x = \\boxed{5}`), or a lone value (`4`, `$\\frac{1}{3}$`, `$12\\%$`, `(B)`, `four`) that is no operand (`40% of
+    30`, `10 - 3`, `1:3`) nor a sum of money (`\\$2.50`)."""
     if _assigned(before, value):
         return True
     lone = _LONE_OFFER.fullmatch(value[1:-1] if value.startswith("$") else value) is not None
@@ -428,13 +430,23 @@ _MAYBE = re.compile(rf"^{_HEDGING}\b[\s,]*", re.IGNORECASE)
 _REWORDED = re.compile(r"^(?:more|less)\s+[A-Za-z]+ly\b[\s,]*", re.IGNORECASE)
 # an open range after the "or" (`\boxed{12} or more`, `or more than that`): no single value either
 _OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
+# a number written as a word, up to twenty (`four or \boxed{5}` was right for 5: no digit before the "or")
+_NUMBER_WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+}
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 # (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
 # hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
-# `4 (or \boxed{5})`); an AMC choice too (`either (B) or $\boxed{(C)}$` was right for C: no digit before the "or")
+# `4 (or \boxed{5})`); an AMC choice too (`either (B) or $\boxed{(C)}$` was right for C: no digit before the "or"),
+# and a number word (`_NUMBER_WORDS`)
 _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
-    r"|\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{\s*)?\(\s*[A-E]\s*\)\}?)(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
+    rf"|\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)})(?![A-Za-z]))"
+    r"(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
     rf"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>{_HEDGING}(?![A-Za-z])[\s,]*)?"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
@@ -446,11 +458,11 @@ _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a 
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
 _COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
-# a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`), not math
-# around one (`2^{10}`, `\binom{4}{2}`)
+# a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`, a number
+# word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
 _LONE_OFFER = re.compile(
     r"\s*(?:[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
-    r"|(?:\\textbf\s*\{\s*)?\(\s*[A-E]\s*\)\}?)\s*"
+    rf"|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)}))\s*"
 )
 # what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`),
 # an amount converted (`\$2.50`) or an approximation (`\approx 0.33, or \boxed{\frac{1}{3}}`)
