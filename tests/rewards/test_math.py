@@ -689,6 +689,14 @@ EQUIV_TABLE = [
     ("The answer is four or \\boxed{4}.", "4", True),  # one value written twice
     ("Someone or \\boxed{5}", "5", True),  # no number word: "one" inside a word
     ("We can pick one or two, so \\boxed{5}", "5", True),  # the "or" is not before the box
+    # a value and "or" before the box across a line break: a hedge as on one line (was right for 5: the line read)
+    ("4 or\n$\\boxed{5}$", "5", False),
+    ("The answer is 4\n(or \\boxed{5})", "5", False),
+    ("The answer is 4 or\n\\[\n\\boxed{5}\n\\]", "5", False),
+    ("The answer is 4\nor \\boxed{4}", "4", True),  # one value written twice
+    ("So $n - 3 = 4$, or\n$n = \\boxed{7}$.", "7", True),  # an equation solved
+    ("We check 4 or 5 cases.\n$\\boxed{5}$", "5", True),  # the "or" is not before the box
+    ("Is it 4 or\n\nwhat? Counting again gives $\\boxed{5}$", "5", True),  # another paragraph, another sentence
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -373,9 +373,10 @@ def _hedge_after(text: str, end: int) -> str:
 
 
 def _hedge_before(text: str, start: int) -> str:
-    """A value and "or" right before the box run starting at `start`, in its line (`The answer is 4 or
+    """A value and "or" right before the box run starting at `start`, in its paragraph (`The answer is 4 or
     \\boxed{5}`, `x = 4 or x = \\boxed{5}`: a hedge, judged as a whole), else ""."""
-    line = text[max(0, start - MAX_ANSWER_CHARS) : start].rsplit("\n", 1)[-1]
+    # its paragraph, not its line: a line break is no sentence's end (`4 or` then `$\\boxed{5}$` below was right for 5)
+    line = _PARAGRAPH_BREAK.split(text[max(0, start - MAX_ANSWER_CHARS) : start])[-1]
     m = _OR_BEFORE.search(line)
     if m is None or _equation_before_or(line[: m.start()], m.group("value")):
         return ""
@@ -457,6 +458,7 @@ _OR_RELATION_IN = re.compile(_OR_RELATION)
 _OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a relation: its right side
 _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
 # a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`, a number
 # word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
