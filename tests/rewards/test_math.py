@@ -697,6 +697,15 @@ EQUIV_TABLE = [
     ("So $n - 3 = 4$, or\n$n = \\boxed{7}$.", "7", True),  # an equation solved
     ("We check 4 or 5 cases.\n$\\boxed{5}$", "5", True),  # the "or" is not before the box
     ("Is it 4 or\n\nwhat? Counting again gives $\\boxed{5}$", "5", True),  # another paragraph, another sentence
+    # a value and "or" before the box that the text after the box rejects: the box is the answer (was a hedge)
+    ("$x=-2$ or $x=\\boxed{3}$; only the positive root is valid.", "3", True),
+    ("$x = 2$ or $x = \\boxed{-3}$. Only the negative solution works here.", "-3", True),
+    ("$x=-2$ or $x=\\boxed{3}$, but $x = -2$ is extraneous.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$; only one root is valid.", "3", False),  # which one?
+    ("$x=2$ or $x=\\boxed{3}$; only the positive root is valid.", "3", False),  # both positive
+    ("$x=-2$ or $x=\\boxed{3}$, but $x = 3$ is extraneous.", "3", False),  # the box's value rejected, not -2
+    ("$x=-2$ or $x=\\boxed{3}$.\n\nOnly the positive root is valid.", "3", False),  # another paragraph
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

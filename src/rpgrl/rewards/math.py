@@ -327,7 +327,7 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         first -= 1
     j, c = boxes[-1]
     end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
-    before, hedge = _hedge_before(text, start), _hedge_after(text, end)
+    before, hedge = _hedge_before(text, start, end), _hedge_after(text, end)
     if first == len(boxes) - 1 and not (before or hedge):
         return c
     return before + text[start:end] + hedge
@@ -372,9 +372,10 @@ def _hedge_after(text: str, end: int) -> str:
     return ""
 
 
-def _hedge_before(text: str, start: int) -> str:
-    """A value and "or" right before the box run starting at `start`, in its paragraph (`The answer is 4 or
-    \\boxed{5}`, `x = 4 or x = \\boxed{5}`: a hedge, judged as a whole), else ""."""
+def _hedge_before(text: str, start: int, end: int) -> str:
+    """A value and "or" right before the box run from `start` to `end`, in its paragraph (`The answer is 4 or
+    \\boxed{5}`, `x = 4 or x = \\boxed{5}`: a hedge, judged as a whole), unless the text after the box rejects that
+    value (`_rejected`), else ""."""
     # its paragraph, not its line: a line break is no sentence's end (`4 or` then `$\\boxed{5}$` below was right for 5)
     line = _PARAGRAPH_BREAK.split(text[max(0, start - MAX_ANSWER_CHARS) : start])[-1]
     m = _OR_BEFORE.search(line)
@@ -385,6 +386,8 @@ def _hedge_before(text: str, start: int) -> str:
     # `$12\\%$, or $\\boxed{0.12}$` is one value written twice), as "or" alone does, or ", or maybe"
     before, value = line[: m.start()], m.group("value")
     if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
+        return ""
+    if _rejected(text[end : end + MAX_ANSWER_CHARS], value, _boxed_contents(text[start:end])[-1]):
         return ""
     if (word := value.lower()) in _NUMBER_WORDS:  # `four or \\boxed{5}`: the hedge judged as 4 or 5
         return str(_NUMBER_WORDS[word]) + line[m.end("value") :]
@@ -399,6 +402,34 @@ def _offered(before: str, value: str) -> bool:
         return True
     lone = _LONE_OFFER.fullmatch(value[1:-1] if value.startswith("$") else value) is not None
     return lone and _OPERAND_END.search(before) is None
+
+
+# after the box, in its paragraph, the value offered before the "or" rejected, so the box is the one answer (`$x=-2$
+# or $x=\boxed{3}$; only the positive root is valid` was a hedge, wrong for 3): by sign (`only the positive root`),
+# the kept box of that sign and the other not; or named with a rejecting word (`but $x = -2$ is extraneous`). Not
+# `; only one root is valid`, `; both are valid`, nor `only the positive root` where both are positive.
+_ONLY_SIGN = re.compile(r"only\s+the\s+(positive|negative)\s+(?:root|solution|value|answer|one)", re.IGNORECASE)
+_REJECTING = re.compile(
+    r"\b(?:(?:is|are)\s+(?:extraneous|rejected|invalid|discarded|not\s+(?:valid|allowed|possible|a\s+solution))"
+    r"|reject|discard)",
+    re.IGNORECASE,
+)
+
+
+def _rejected(after: str, other: str, kept: str) -> bool:
+    """Whether `after`, the text after a box that holds `kept`, rejects `other`, the value before the box's "or"."""
+    after = _PARAGRAPH_BREAK.split(after, maxsplit=1)[0]
+    if m := _ONLY_SIGN.search(after):
+        negative = m.group(1).lower() == "negative"
+        return _negative(kept) == negative and _negative(other) != negative
+    number = re.sub(r"[$\s]", "", other).rsplit("=", 1)[-1]
+    named = re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", re.sub(r"\s", "", after))
+    return bool(number) and named is not None and _REJECTING.search(after) is not None
+
+
+def _negative(value: str) -> bool:
+    """Whether a raw value (`$x = -2$`, `-\\frac{1}{2}`) is negative: its right side opens with a minus sign."""
+    return _DELIMITERS.sub("", value).rsplit("=", 1)[-1].strip().startswith("-")
 
 
 def _assigned(before: str, value: str) -> bool:
