@@ -706,6 +706,12 @@ EQUIV_TABLE = [
     ("$x=2$ or $x=\\boxed{3}$; only the positive root is valid.", "3", False),  # both positive
     ("$x=-2$ or $x=\\boxed{3}$, but $x = 3$ is extraneous.", "3", False),  # the box's value rejected, not -2
     ("$x=-2$ or $x=\\boxed{3}$.\n\nOnly the positive root is valid.", "3", False),  # another paragraph
+    # "squared" and a unit after the number is the unit, read "square units" (was wrong: read as the number squared)
+    ("\\boxed{25 \\text{ squared units}}", "25", True),
+    ("The area is $\\boxed{9\\text{ squared centimeters}}$.", "9", True),
+    ("\\boxed{25 \\text{ squared units}}", "625", False),
+    ("\\boxed{25 \\text{ squared}}", "25", False),  # the number squared
+    ("\\boxed{5 \\text{ squared, plus one}}", "5", False),  # no unit after it
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

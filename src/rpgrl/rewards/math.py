@@ -862,14 +862,16 @@ _NOT_SCALING = re.compile(r"-|\s*(?:digits?|places?|columns?)(?![a-z])")
 
 def _scaled_in_text(pred: str) -> bool:
     """Whether a text group in `pred` scales the number before it: its first word a multiplier (`_MULTIPLIERS`; not
-    `_NOT_SCALING`) or, on the number itself, a power (`_POWER_WORDS`)."""
+    `_NOT_SCALING`) or, on the number itself, a power (`_POWER_WORDS`) not followed by a unit (`squared units`)."""
     for m in _TEXT_GROUP.finditer(pred):
         if (first := _FIRST_WORD.match(m.group(1).lower())) is None:
             continue
         word = first.group("word")
         if word.removesuffix("s") in _MULTIPLIERS and not _NOT_SCALING.match(first.group("rest")):
             return True
-        if word in _POWER_WORDS and (first.group("number") or _AFTER_NUMBER.search(pred[: m.start()])):
+        # a unit after the power word is a unit read "squared units" (`25 \\text{ squared units}` was wrong for 25)
+        unit = _is_unit(first.group("rest"))
+        if word in _POWER_WORDS and not unit and (first.group("number") or _AFTER_NUMBER.search(pred[: m.start()])):
             return True
     return False
 
