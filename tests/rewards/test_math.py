@@ -712,6 +712,25 @@ EQUIV_TABLE = [
     ("\\boxed{25 \\text{ squared units}}", "625", False),
     ("\\boxed{25 \\text{ squared}}", "25", False),  # the number squared
     ("\\boxed{5 \\text{ squared, plus one}}", "5", False),  # no unit after it
+    # a multiplier word after the box, or in text with the number: the number it names, as a grader reads it (were
+    # right for 12 and wrong for 12000: math-verify reads the box alone or drops the word)
+    ("\\boxed{12} thousand", "12000", True),
+    ("\\boxed{12} thousand", "12", False),
+    ("The population is $\\boxed{2.5}$ \\text{ million} people.", "2500000", True),
+    ("\\boxed{12 \\text{ thousand}}", "12000", True),
+    ("\\boxed{12\\ \\text{thousand dollars}}", "12000", True),
+    ("\\boxed{\\text{3 dozen}}", "36", True),
+    ("\\boxed{12\\text{ hundredths}}", "0.12", True),
+    ("The answer is $\\boxed{7}$ thousands digit.", "7", True),  # a place, no multiplier
+    ("She has \\boxed{5} hundred-dollar bills.", "5", True),  # a compound
+    ("\\boxed{12}\n\nThousands of students took it.", "12", True),  # another paragraph
+    ("So there are \\boxed{12}, thousands of which are duplicates.", "12", True),  # not right after the box
+    # main's thirds ... halves and tens scale after the box too; a singular ordinal there names a grade, no fraction
+    ("\\boxed{2} thirds", "\\frac{2}{3}", True),
+    ("\\boxed{3} halves", "3", False),
+    ("\\boxed{12} tens", "120", True),
+    ("There are \\boxed{4} fifth graders.", "4", True),
+    ("\\boxed{2 \\text{ thirds}}", "\\frac{2}{3}", True),
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -19,6 +19,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
@@ -329,8 +330,28 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
     before, hedge = _hedge_before(text, start, end), _hedge_after(text, end)
     if first == len(boxes) - 1 and not (before or hedge):
-        return c
+        return c + _multiplier_after(text, end, c)
     return before + text[start:end] + hedge
+
+
+# a multiplier word right after a box that holds a number (`\boxed{12} thousand`, `$\boxed{12}$ \text{ million}`):
+# the answer is the number it names, as in the box (`_scaled_number`; was right for 12, wrong for 12000); not a
+# compound or a place (`\boxed{3} hundred-dollar bills`, `\boxed{7} thousands digit`: `_NOT_SCALING`)
+_MULTIPLIER_AFTER = re.compile(
+    r"(?:[ \t]|\$|\\[)\] ,;!])*(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*)?([A-Za-z]+)(?![A-Za-z])"
+)
+
+
+def _multiplier_after(text: str, end: int, content: str) -> str:
+    """` \\text{<multiplier>}` when a multiplier word follows a box holding a number that ends at `end`, else ""."""
+    if not re.fullmatch(r"\s*-?\d+(?:\.\d+)?\s*", content) or (m := _MULTIPLIER_AFTER.match(text, end)) is None:
+        return ""
+    word = m.group(1).lower()
+    if (factor := _MULTIPLIERS.get(word.removesuffix("s"))) is None or _NOT_SCALING.match(text, m.end()):
+        return ""
+    if factor.denominator > 1 and not word.endswith("s"):  # `\\boxed{4} fifth graders`: an ordinal, no fraction
+        return ""
+    return f" \\text{{ {word}}}"
 
 
 # the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
@@ -825,6 +846,8 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
         return True
     if _INTEGER.fullmatch(pred) and _INTEGER.fullmatch(gold):  # most AIME/AMC cases: no need for sympy
         return int(pred) == int(gold)
+    if (scaled := _scaled_number(pred)) is not None:  # 12 \text{ thousand}: 12000
+        return _cleaned_equivalent(scaled, gold, deadline)
     if reject_reason(pred) is not None or _scaled_in_text(pred):
         return False
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
@@ -845,10 +868,15 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
 # words in text that change the number before them: math-verify drops the text and reads the number alone, so
 # `12 \text{ thousand}` (12000), `12 \text{ dozen}` and `12 \text{ squared}` (144) were right for 12
 _TEXT_GROUP = re.compile(r"\\(?:text|textrm|textnormal|textit|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
-_MULTIPLIERS = frozenset(
-    "ten hundred thousand million billion trillion dozen lakh crore tenth hundredth thousandth millionth "
-    "half halve third fourth fifth sixth seventh eighth ninth".split()  # (not quarters: coins too)
-)
+# a multiplier word and the factor it scales by (not quarters: coins too)
+_MULTIPLIERS = {
+    "ten": Fraction(10), "hundred": Fraction(100), "thousand": Fraction(10**3), "million": Fraction(10**6),
+    "billion": Fraction(10**9), "trillion": Fraction(10**12), "dozen": Fraction(12), "lakh": Fraction(10**5),
+    "crore": Fraction(10**7), "tenth": Fraction(1, 10), "hundredth": Fraction(1, 100),
+    "thousandth": Fraction(1, 10**3), "millionth": Fraction(1, 10**6), "half": Fraction(1, 2),
+    "halve": Fraction(1, 2), "third": Fraction(1, 3), "fourth": Fraction(1, 4), "fifth": Fraction(1, 5),
+    "sixth": Fraction(1, 6), "seventh": Fraction(1, 7), "eighth": Fraction(1, 8), "ninth": Fraction(1, 9),
+}  # fmt: skip
 _POWER_WORDS = ("squared", "cubed")  # on the number itself (`12 \text{ squared}`), not after a unit (`cm squared`)
 _AFTER_NUMBER = re.compile(r"\d\s*(?:\\[ ,;:!]\s*)*$")
 
@@ -858,6 +886,25 @@ _AFTER_NUMBER = re.compile(r"\d\s*(?:\\[ ,;:!]\s*)*$")
 _FIRST_WORD = re.compile(r"\s*(?P<number>-?\d[\d.,]*\s*)?(?P<word>[a-z]+)(?P<rest>.*)", re.S)
 # what after a multiplier makes it no multiplier: a compound (`hundred-dollar bills`), a place (`thousands digit`)
 _NOT_SCALING = re.compile(r"-|\s*(?:digits?|places?|columns?)(?![a-z])")
+
+
+# a number and one multiplier in text, a unit after it at most (`12 \text{ thousand}`, `12\ \text{thousand dollars}`):
+# read as the number it names, as a grader reads it (was wrong for 12000 too; `\boxed{12} thousand`, `_box_run`)
+_SCALED_NUMBER = re.compile(
+    r"(?:(?P<number>-?\d+(?:\.\d+)?)\s*(?:\\[ ,;!]\s*)*\\(?:text|textrm|mathrm|mbox)\s*\{\s*"
+    r"|\\(?:text|textrm|mbox)\s*\{\s*(?P<inside>-?\d+(?:\.\d+)?)\s+)(?P<word>[A-Za-z]+)(?P<rest>[^{}]*)\}"
+)
+
+
+def _scaled_number(pred: str) -> str | None:
+    """The number a cleaned answer names when it is a number and a multiplier in text (`_SCALED_NUMBER`), else None."""
+    m = _SCALED_NUMBER.fullmatch(pred)
+    if m is None or (word := m.group("word").lower().removesuffix("s")) not in _MULTIPLIERS:
+        return None
+    if m.group("rest").strip() and not _is_unit(m.group("rest")):  # `12 \text{ thousands digit}`, `hundred-dollar`
+        return None
+    value = Fraction(m.group("number") or m.group("inside")) * _MULTIPLIERS[word]
+    return str(value.numerator) if value.denominator == 1 else f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
 def _scaled_in_text(pred: str) -> bool:
