@@ -731,6 +731,14 @@ EQUIV_TABLE = [
     ("\\boxed{12} tens", "120", True),
     ("There are \\boxed{4} fifth graders.", "4", True),
     ("\\boxed{2 \\text{ thirds}}", "\\frac{2}{3}", True),
+    # a paragraph "Alternatively, ..." or "Or ..." ending in the last box, right after the paragraph of an earlier box:
+    # two answers offered, a hedge (was right for 8: the last box read alone)
+    ("... so the answer is $\\boxed{4}$.\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "4", False),
+    ("... so the answer is $\\boxed{4}$.\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\nOr, if we count 2 orders, $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\nAlternatively, counting the complement also gives $\\boxed{4}$.", "4", True),  # one value
+    ("So $\\boxed{4}$.\n\nWait, each pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
+    ("First $\\boxed{2}$ pairs.\n\nThen we double.\n\nAlternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -317,7 +317,8 @@ def _last_label(text: str, inside) -> tuple[str, int] | None:
 
 def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     """The last box, with the boxes right before it that only a separator parts from it (`$\\boxed{2}$ and
-    $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`), as raw text."""
+    $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`) or, alone, with the box of the
+    paragraph before its `Alternatively, ...` one (`_alternative`), as raw text."""
     first = len(boxes) - 1
     while first > 0:
         j, c = boxes[first - 1]
@@ -326,6 +327,8 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
             break
         first -= 1
+    if first == len(boxes) - 1 and first > 0 and _alternative(text, boxes[first - 1], boxes[first][0]):
+        first -= 1  # `\\boxed{4}.` then a paragraph `Alternatively, ... \\boxed{8}`: two answers offered, a hedge
     j, c = boxes[-1]
     end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
     before, hedge = _hedge_before(text, start, end), _hedge_after(text, end)
@@ -352,6 +355,19 @@ def _multiplier_after(text: str, end: int, content: str) -> str:
     if factor.denominator > 1 and not word.endswith("s"):  # `\\boxed{4} fifth graders`: an ordinal, no fraction
         return ""
     return f" \\text{{ {word}}}"
+
+
+# a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box
+# before it: another answer offered, not a correction (`... the answer is $\boxed{4}$.` then `Alternatively, if we
+# count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box)
+_ALTERNATIVE = re.compile(r"[\s#>*_]*(?:alternatively|or)(?![A-Za-z])", re.IGNORECASE)
+
+
+def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
+    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one."""
+    j, c = previous
+    paragraphs = _PARAGRAPH_BREAK.split(text[j + len(c) + 2 : text.rfind("\\", 0, last)])
+    return len(paragraphs) >= 2 and not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
 
 
 # the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
