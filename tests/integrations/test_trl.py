@@ -263,6 +263,23 @@ def test_neutral_sampling_settings_and_corrected_filters_are_accepted(tmp_path):
     RPGConfig(**common, multi_objective_aggregation="normalize_then_sum", scale_rewards="group")  # not RPG's estimator
 
 
+def test_epsilon_high_none_is_trls_default_not_a_clip_range_set(tmp_path):
+    """`--clip none --epsilon_high none` was refused ("epsilon_high: ... leave it at its default"): None is TRL's own
+    default for epsilon_high (it follows epsilon), not a clip range the user set. An epsilon set with no clip is still
+    refused, named alone (it was followed by "also unused: epsilon_high", which the user had not set)."""
+    from transformers import HfArgumentParser
+
+    common = dict(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True)
+    RPGConfig(**common, clip=None, epsilon_high=None)
+    base = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--num_generations", "4",
+            "--per_device_train_batch_size", "8"]  # fmt: skip
+    HfArgumentParser(RPGConfig).parse_args_into_dataclasses(base + ["--clip", "none", "--epsilon_high", "none"])
+    with pytest.raises(ValueError, match=r"^RPGConfig: epsilon: .* leave it at its default$"):
+        RPGConfig(**common, clip=None, epsilon=0.3, epsilon_high=None)
+    with pytest.raises(ValueError, match="^RPGConfig: epsilon_high: "):  # set: refused
+        RPGConfig(**common, clip=None, epsilon_high=0.3)
+
+
 def test_epsilon_high_from_the_command_line(tmp_path):
     """`--epsilon_high none` (TRL's rule: follow epsilon) was a parse error; a number still reads as one."""
     from transformers import HfArgumentParser

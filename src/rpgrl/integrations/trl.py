@@ -104,7 +104,8 @@ class RPGConfig(GRPOConfig):
             options = self.options().check()
         except OptionError as e:
             raise ValueError(f"RPGConfig: {_TRL_NAMES.get(e.option, e.option)}: {e}") from None
-        idle = options.unused()
+        # epsilon_high None (TRL's default) follows epsilon: not a clip range the user set, whatever epsilon is
+        idle = [k for k in options.unused() if not (k == "eps_high" and self.epsilon_high is None)]
         if idle:  # as `rpgrl train` and verl refuse them: a user who sets one expects an effect
             more = f" (also unused: {', '.join(_TRL_NAMES.get(k, k) for k in idle[1:])})" if len(idle) > 1 else ""
             name = _TRL_NAMES.get(idle[0], idle[0])
