@@ -118,9 +118,9 @@ class RPGOptions:
         }
         return [k for k, off in idle.items() if off and getattr(self, k) != getattr(RPGOptions, k)]
 
-    def applies(self, key: str) -> str:
+    def applies(self, key: str, name: str | None = None) -> str:
         """Where an option `unused` names is read, and these options' settings that leave it idle (one phrase for a
-        message: the adapters name the option in their own words)."""
+        message). `name`: the option as the adapter names it (TRL's `epsilon_high` for `eps_high`), else `key`."""
         where = {
             "eps_low": "clip='dual' or 'truncate'",
             "eps_high": "clip='dual' or 'truncate'",
@@ -130,7 +130,7 @@ class RPGOptions:
             "analogue": "style='differentiable' with clip='dual' and kl_in_clip=True",
             "kl_value_clamp": "a separate KL term (style='differentiable' with clip=None or kl_in_clip=False)",
         }
-        return (f"{key} applies to {where[key]}, not to style={self.style!r}, clip={self.clip!r}, "
+        return (f"{name or key} applies to {where[key]}, not to style={self.style!r}, clip={self.clip!r}, "
                 f"kl_in_clip={self.kl_in_clip}")  # fmt: skip
 
     def used(self) -> RPGOptions:

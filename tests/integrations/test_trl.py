@@ -280,6 +280,17 @@ def test_epsilon_high_none_is_trls_default_not_a_clip_range_set(tmp_path):
         RPGConfig(**common, clip=None, epsilon_high=0.3)
 
 
+def test_an_unused_clip_range_or_cap_is_named_as_rpgconfig_names_it(tmp_path):
+    """The clip range and c set where the clip does not read them were refused as "epsilon_high: eps_high applies
+    to ...", "clip_ratio_c: c applies to ...": eps_low, eps_high and c are RPGOptions' names, not RPGConfig's."""
+    common = dict(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True)
+    for kw, name in (({"clip": None, "epsilon": 0.1}, "epsilon"), ({"clip": None, "epsilon_high": 0.3}, "epsilon_high"),
+                     ({"clip": "truncate", "clip_ratio_c": 3.0}, "clip_ratio_c")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^RPGConfig: {name}: {name} applies to clip=") as e:
+            RPGConfig(**common, **kw)
+        assert not any(w in str(e.value) for w in ("eps_low", "eps_high", " c applies")), e.value
+
+
 def test_epsilon_high_from_the_command_line(tmp_path):
     """`--epsilon_high none` (TRL's rule: follow epsilon) was a parse error; a number still reads as one."""
     from transformers import HfArgumentParser

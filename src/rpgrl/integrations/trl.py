@@ -109,7 +109,7 @@ class RPGConfig(GRPOConfig):
         if idle:  # as `rpgrl train` and verl refuse them: a user who sets one expects an effect
             more = f" (also unused: {', '.join(_TRL_NAMES.get(k, k) for k in idle[1:])})" if len(idle) > 1 else ""
             name = _TRL_NAMES.get(idle[0], idle[0])
-            raise ValueError(f"RPGConfig: {name}: {options.applies(idle[0])}: leave it at its default{more}")
+            raise ValueError(f"RPGConfig: {name}: {options.applies(idle[0], name)}: leave it at its default{more}")
         unsupported = {
             "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
             "top_entropy_quantile": self.top_entropy_quantile < 1.0,
