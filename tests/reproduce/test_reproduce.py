@@ -310,6 +310,27 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path):
     assert [q.name for q in blocked.iterdir()] == ["results.json"]
 
 
+def test_a_results_json_the_suite_cannot_read_is_refused_before_any_run(capsys, tmp_path):
+    """As a results.json that is a directory: one the suite reads at its end (for the claims it keeps) but cannot
+    was accepted. A symbolic link to itself was a traceback (RuntimeError: Symlink loop), a FIFO hung the suite
+    forever after its runs (reading it waits for a writer). Refused in one line before any run; nothing written."""
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "results.json").symlink_to("results.json")
+    _refused(capsys, ["reproduce", "methods", "--out", str(loop)], "its results.json cannot be read")
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "results.json")
+    with pytest.raises(UsageError, match="its results.json is not a regular file"):
+        reproduce_cli.parse(["methods", "--out", str(fifo)])  # (parse only: the suite would hang before the fix)
+    for out in (loop, fifo):
+        assert [q.name for q in out.iterdir()] == ["results.json"]
+    dangling = tmp_path / "dangling"  # a link to a file not there yet: the suite's write replaces the link
+    dangling.mkdir()
+    (dangling / "results.json").symlink_to(tmp_path / "absent.json")
+    reproduce_cli.parse(["methods", "--out", str(dangling)])
+
+
 def _cached_suite(out, claim, seeds):
     """A record for every arm of `claim` at `seeds`, where `rpgrl reproduce --quick` finds its runs (none is run)."""
     base, warm = base_config(QUICK), reproduce_cli.warm_start_config(QUICK)

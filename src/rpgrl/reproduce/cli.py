@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -68,9 +69,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         problem = dir_problem(folder)
         if problem is not None:
             raise UsageError(f"{flag} {folder}: {problem}")
-    if (a.out / "results.json").is_dir():  # the suite's hours of runs would end in a failed write
-        raise UsageError(f"--out {a.out}: its results.json is a directory, where the suite writes its results: "
-                         "move it, or pass another folder")  # fmt: skip
+    problem = results_problem(a.out / "results.json")
+    if problem is not None:  # the suite's hours of runs would end in a failed read or write
+        raise UsageError(f"--out {a.out}: its results.json {problem}: move it, or pass another folder")
     if (a.out / "config.json").is_file():  # what `rpgrl train` writes first; a suite directory never holds one
         raise UsageError(f"--out {a.out}: it holds a config.json (a training run or a model folder), not a "
                          "reproduction suite: pass another folder")  # fmt: skip
@@ -78,6 +79,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if problem is not None:
         raise UsageError(f"--report {a.report}: {problem}")
     return a
+
+
+def results_problem(path: Path) -> str | None:
+    """Why the suite could not read OUT/results.json (for the claims it keeps) or replace it at its end; None if it
+    can, or if there is none (a link to a file not there yet is replaced). Reads only."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a link to itself, a folder on the way that cannot be searched
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, where the suite writes its results"
+    if not stat.S_ISREG(mode):  # a FIFO: reading it waits for a writer
+        return "is not a regular file"
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    return None
 
 
 def plot_dir(report: Path) -> Path:
