@@ -331,6 +331,26 @@ def test_a_results_json_the_suite_cannot_read_is_refused_before_any_run(capsys, 
     reproduce_cli.parse(["methods", "--out", str(dangling)])
 
 
+def test_a_claim_the_suite_no_longer_has_is_kept_but_not_corrected_with_it(tmp_path):
+    """OUT/results.json keeps a claim the suite no longer names (renamed or retired: its records may be kept nowhere
+    else), but its comparisons joined Holm's family: `reproduce all` corrected the suite's over 17 comparisons where
+    it makes 13, and its report said it showed 5 of its 6 claims."""
+    committed = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results", "results.json")
+    with open(committed) as f:
+        stored = json.load(f)
+    retired = {**json.loads(json.dumps(stored["claims"]["methods"])), "name": "retired"}
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "results.json").write_text(json.dumps({**stored, "claims": {**stored["claims"], "retired": retired}}))
+    assert rpgrl_main(["reproduce", "all", "--no-run", "--out", str(suite), "--report", str(tmp_path / "r.md")]) == 0
+    after = json.loads((suite / "results.json").read_text())
+    assert after["claims"]["retired"] == retired  # kept as it was
+    assert {n: after["claims"][n] for n in CLAIMS} == {n: stored["claims"][n] for n in CLAIMS}
+    n = sum(len(stored["claims"][c]["comparisons"]) for c in CLAIMS)
+    text = (tmp_path / "r.md").read_text()
+    assert f"The suite makes {n} comparisons, each" in text and "this report shows" not in text
+
+
 def _cached_suite(out, claim, seeds):
     """A record for every arm of `claim` at `seeds`, where `rpgrl reproduce --quick` finds its runs (none is run)."""
     base, warm = base_config(QUICK), reproduce_cli.warm_start_config(QUICK)

@@ -195,13 +195,15 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
     stored = _stored_claims(out, scale, seeds)  # the records of claims not named: maybe kept nowhere else
     claims_json = {n: results["claims"].get(n, stored.get(n)) for n in (*CLAIMS, *stored)}
     saved = {**results, "claims": {n: r for n, r in claims_json.items() if r is not None}}
-    add_multiplicity(saved["claims"])  # Holm's family: the suite's comparisons, the stored claims' too
+    # Holm's family: the suite's comparisons, its stored claims' too; not those of a claim it no longer has (kept)
+    suite = {n: r for n, r in saved["claims"].items() if n in CLAIMS}
+    add_multiplicity(suite)
     out.mkdir(parents=True, exist_ok=True)
     kept = None if stored else _keep_other_suite(out)
     write_text_atomic(out / "results.json", json.dumps(json_safe(saved), indent=1, allow_nan=False) + "\n")
     if kept is not None:
         print(f"{out / 'results.json'} held another suite (another scale or seeds, or unreadable): kept as {kept}")
-    write_report(results, report, len(seeds), suite=saved["claims"])
+    write_report(results, report, len(seeds), suite=suite)
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
         print(f"  {n}: {r['verdict']}{'' if r['complete'] else ' (incomplete)'}")
@@ -209,8 +211,8 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
 
 
 def write_report(results: dict, report: Path, n_seeds: int, suite: dict | None = None) -> None:
-    """The markdown report of `results`' claims and their plots; `suite`: every claim OUT/results.json holds, over
-    whose comparisons Holm's correction runs (the named claims' when None)."""
+    """The markdown report of `results`' claims and their plots; `suite`: every claim of the suite OUT/results.json
+    holds, over whose comparisons Holm's correction runs (the named claims' when None)."""
     plots = plot_dir(report)
     h = results["header"]
     lines = [
