@@ -602,6 +602,7 @@ EQUIV_TABLE = [
     ("The ratio is approximately 0.33, or $\\boxed{\\frac{1}{3}}$.", "\\frac{1}{3}", True),
     ("The probability is $12\\%$, or $\\boxed{0.12}$.", "0.12", True),
     ("So it costs \\$2.50, or \\boxed{250} cents.", "250", True),
+    ("She spent $\\$2.50$, or $\\boxed{250}$ cents.", "250", True),  # was a hedge: `$2.50$` read as math
     ("The odds are 1:3, or \\boxed{\\frac{1}{4}}.", "\\frac{1}{4}", True),
     ("That is $\\binom{4}{2}$, or $\\boxed{6}$.", "6", True),
     ("x = -3, or x = \\boxed{5}", "5", False),
