@@ -675,6 +675,10 @@ EQUIV_TABLE = [
     ("We get f(B) or \\boxed{(C)}", "C", True),  # a point named B, no choice
     ("The answer is (B), or $\\boxed{(C)}$.", "C", False),  # ", or" after a lone choice offers another, as a value
     ("The answer is (C), or $\\boxed{(C)}$.", "C", True),
+    # a value and a choice letter around the "or" name one answer (were hedges: wrong for C and for 12)
+    ("The sum of the roots is $12$, or $\\boxed{\\textbf{(C)}}$.", "C", True),
+    ("This matches answer choice (C), or $\\boxed{12}$.", "12", True),
+    ("This matches answer choice (C), or $\\boxed{12}$.", "13", False),
     # "or else" offers another value, after the box or before it (were right for 12: "else" read as words restating
     # it); "or at least" restates it
     ("$\\boxed{12}$, or else 13", "12", False),

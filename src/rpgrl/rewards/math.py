@@ -424,11 +424,20 @@ def _hedge_before(text: str, start: int, end: int) -> str:
     before, value = line[: m.start()], m.group("value")
     if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
         return ""
-    if _rejected(text[end : end + MAX_ANSWER_CHARS], value, _boxed_contents(text[start:end])[-1]):
+    kept = _boxed_contents(text[start:end])[-1]
+    if _rejected(text[end : end + MAX_ANSWER_CHARS], value, kept):
+        return ""
+    # a value and an AMC choice letter name one answer twice (`$12$, or $\\boxed{(C)}$`, `(C), or $\\boxed{12}$`)
+    if _is_choice(value) != _is_choice(kept):
         return ""
     if (word := value.lower()) in _NUMBER_WORDS:  # `four or \\boxed{5}`: the hedge judged as 4 or 5
         return str(_NUMBER_WORDS[word]) + line[m.end("value") :]
     return line[m.start() :]
+
+
+def _is_choice(value: str) -> bool:
+    """Whether a raw value is an AMC choice letter alone (`(C)`, `\\textbf{(C)}`, `C`), no value with it."""
+    return _GOLD_CHOICE.fullmatch(clean_answer(value)) is not None
 
 
 def _offered(before: str, value: str) -> bool:
