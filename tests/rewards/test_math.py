@@ -742,6 +742,21 @@ EQUIV_TABLE = [
     ("... so the answer is $\\boxed{4}$.\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "8", False),
     ("So $\\boxed{4}$.\n\nOr, if we count 2 orders, $\\boxed{8}$.", "8", False),
     ("So $\\boxed{4}$.\n\nAlternatively, counting the complement also gives $\\boxed{4}$.", "4", True),  # one value
+    # ... judged on the two boxes: the paragraph between them may hold numbers (was wrong: a digit outside the boxes)
+    (
+        "So $\\boxed{2\\sqrt{2}}$.\n\nAlternatively, from $(0,0)$ to $(2,2)$ the distance is $\\boxed{\\sqrt{8}}$.",
+        "2\\sqrt2",
+        True,
+    ),
+    ("So $\\boxed{\\frac{3}{4}}$.\n\nAlternatively, $1 - \\frac14 = \\boxed{0.75}$.", "\\frac34", True),
+    ("So $\\boxed{4}$.\n\nAlternatively, with $2$ orders for each of the $4$ pairs, $\\boxed{8}$.", "8", False),
+    (  # a verification longer than an answer may be, re-deriving the box (was wrong: one 500-character answer)
+        "So $\\boxed{480}$.\n\nAlternatively, by complementary counting: "
+        + "all $6! = 720$ arrangements, minus the $2 \\cdot 5! = 240$ with the vowels adjacent. " * 5
+        + "This gives $\\boxed{480}$.",
+        "480",
+        True,
+    ),
     ("So $\\boxed{4}$.\n\nWait, each pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
     ("First $\\boxed{2}$ pairs.\n\nThen we double.\n\nAlternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer

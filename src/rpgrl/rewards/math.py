@@ -327,14 +327,19 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
             break
         first -= 1
-    if first == len(boxes) - 1 and first > 0 and _alternative(text, boxes[first - 1], boxes[first][0]):
+    alternative = first == len(boxes) - 1 and first > 0 and _alternative(text, boxes[first - 1], boxes[first][0])
+    if alternative:
         first -= 1  # `\\boxed{4}.` then a paragraph `Alternatively, ... \\boxed{8}`: two answers offered, a hedge
     j, c = boxes[-1]
     end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
     before, hedge = _hedge_before(text, start, end), _hedge_after(text, end)
     if first == len(boxes) - 1 and not (before or hedge):
         return c + _multiplier_after(text, end, c)
-    return before + text[start:end] + hedge
+    run = text[start:end]
+    if alternative:  # the two boxes offered, not the paragraph's reasoning between them (its numbers, its length)
+        j0, c0 = boxes[first]
+        run = text[start : j0 + len(c0) + 2] + " or " + text[text.rfind("\\", 0, j) : end]
+    return before + run + hedge
 
 
 # a multiplier word right after a box that holds a number (`\boxed{12} thousand`, `$\boxed{12}$ \text{ million}`):
