@@ -735,6 +735,9 @@ EQUIV_TABLE = [
     ("\\boxed{3} halves", "3", False),
     ("\\boxed{12} tens", "120", True),
     ("There are \\boxed{4} fifth graders.", "4", True),
+    ("So $\\boxed{4 \\text{ fifth graders}}$ were chosen.", "4", True),  # in the box too (was 4/5: wrong for 4)
+    ("\\boxed{4 \\text{ fifth graders}}", "\\frac45", False),
+    ("\\boxed{4 \\text{ fifths}}", "\\frac45", True),
     ("\\boxed{2 \\text{ thirds}}", "\\frac{2}{3}", True),
     # a paragraph "Alternatively, ..." or "Or ..." ending in the last box, right after the paragraph of an earlier box:
     # two answers offered, a hedge (was right for 8: the last box read alone)

@@ -933,8 +933,25 @@ def _scaled_number(pred: str) -> str | None:
         return None
     if m.group("rest").strip() and not _is_unit(m.group("rest")):  # `12 \text{ thousands digit}`, `hundred-dollar`
         return None
-    value = Fraction(m.group("number") or m.group("inside")) * _MULTIPLIERS[word]
+    if _ordinal(m.group("word").lower(), number := m.group("number") or m.group("inside")):  # `4 \text{ fifth graders}`
+        return None
+    value = Fraction(number) * _MULTIPLIERS[word]
     return str(value.numerator) if value.denominator == 1 else f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+_NUMBER_END = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\[ ,;:!]\s*)*$")  # the number a text group follows
+
+
+def _ordinal(word: str, number: str | None) -> bool:
+    """Whether a fraction word names an ordinal, no fraction: singular after a number other than 1 (`4 \\text{ fifth
+    graders}` was wrong for 4, read 4/5; `1 \\text{ tenth}` is 1/10), as `_multiplier_after` reads it after a box."""
+    factor = _MULTIPLIERS.get(word.removesuffix("s"))
+    if factor is None or factor.denominator == 1 or word.endswith("s") or not number:
+        return False
+    try:
+        return Fraction(number.strip().replace(",", "")) != 1
+    except (ValueError, ZeroDivisionError):
+        return False
 
 
 def _scaled_in_text(pred: str) -> bool:
@@ -944,8 +961,10 @@ def _scaled_in_text(pred: str) -> bool:
         if (first := _FIRST_WORD.match(m.group(1).lower())) is None:
             continue
         word = first.group("word")
+        number = first.group("number") or ((n := _NUMBER_END.search(pred[: m.start()])) and n.group(1))
         if word.removesuffix("s") in _MULTIPLIERS and not _NOT_SCALING.match(first.group("rest")):
-            return True
+            if not _ordinal(word, number):
+                return True
         # a unit after the power word is a unit read "squared units" (`25 \\text{ squared units}` was wrong for 25)
         unit = _is_unit(first.group("rest"))
         if word in _POWER_WORDS and not unit and (first.group("number") or _AFTER_NUMBER.search(pred[: m.start()])):
