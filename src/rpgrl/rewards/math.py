@@ -451,7 +451,10 @@ def _offered(before: str, value: str) -> bool:
     30`, `10 - 3`, `1:3`) nor a sum of money (`\\$2.50`)."""
     if _assigned(before, value):
         return True
-    lone = _LONE_OFFER.fullmatch(value[1:-1] if value.startswith("$") else value) is not None
+    value = value[1:-1] if value.startswith("$") else value
+    if re.search(r"\d\.\.\.+[\s,]*$", value):  # a decimal cut with "..." (`0.333..., or \\boxed{\\frac{1}{3}}`)
+        return False
+    lone = _LONE_OFFER.fullmatch(value) is not None
     return lone and _OPERAND_END.search(before) is None
 
 
