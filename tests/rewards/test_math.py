@@ -686,6 +686,8 @@ EQUIV_TABLE = [
     ("The answer is 13, or else $\\boxed{12}$.", "12", False),
     ("$\\boxed{12}$, or at least 12", "12", True),
     ("$\\boxed{12}$, or else the count is off by one.", "12", True),  # no value after "or else"
+    ("The minimum is $\\boxed{5}$, or else $2$ of the points would coincide.", "5", True),  # "otherwise", a reason
+    ("$\\boxed{12}$, or else 13 if the order matters", "12", False),
     ("The answer is at least 5, so $\\boxed{5}$ or at least \\boxed{5}.", "5", True),
     # a number word and "or" before the box: a hedge, judged as its number (was right for 5: no digit before "or")
     ("four or \\boxed{5}", "5", False),

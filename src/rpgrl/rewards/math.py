@@ -409,6 +409,8 @@ def _hedge_after(text: str, end: int) -> str:
     # is rejected`)
     value = _LONE_VALUE.match(rest)
     word = _WORD_AFTER_VALUE.match(rest, value.end()) if value else None
+    # (not "or else" and a clause: "otherwise", a reason: `\\boxed{5}, or else $2$ of the points would coincide`)
+    hedged = hedged and not hedged.group().lower().startswith("else")
     if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS):
         return sentence[: m.end()] + " " + value.group().strip()
     return ""
