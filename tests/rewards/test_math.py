@@ -720,11 +720,14 @@ EQUIV_TABLE = [
     ("\\boxed{25 \\text{ squared units}}", "625", False),
     ("\\boxed{25 \\text{ squared}}", "25", False),  # the number squared
     ("\\boxed{5 \\text{ squared, plus one}}", "5", False),  # no unit after it
-    # a multiplier word after the box, or in text with the number: the number it names, as a grader reads it (were
-    # right for 12 and wrong for 12000: math-verify reads the box alone or drops the word)
-    ("\\boxed{12} thousand", "12000", True),
-    ("\\boxed{12} thousand", "12", False),
-    ("The population is $\\boxed{2.5}$ \\text{ million} people.", "2500000", True),
+    # a multiplier word in text with the number: the number it names, as a grader reads it (was right for 12 and
+    # wrong for 12000: math-verify drops the word); after the box it scales nothing: the box is the answer, the
+    # question asking in thousands, in millions, how many dozen or halves (scaled there, a probe's 16 of 345
+    # responses were judged wrong)
+    ("\\boxed{12} thousand", "12", True),
+    ("\\boxed{12} thousand", "12000", False),
+    ("In millions: the population is $\\boxed{2.5}$ \\text{ million} people.", "2.5", True),
+    ("\\boxed{3} dozen eggs", "3", True),
     ("\\boxed{12 \\text{ thousand}}", "12000", True),
     ("\\boxed{12\\ \\text{thousand dollars}}", "12000", True),
     ("\\boxed{\\text{3 dozen}}", "36", True),
@@ -733,10 +736,11 @@ EQUIV_TABLE = [
     ("She has \\boxed{5} hundred-dollar bills.", "5", True),  # a compound
     ("\\boxed{12}\n\nThousands of students took it.", "12", True),  # another paragraph
     ("So there are \\boxed{12}, thousands of which are duplicates.", "12", True),  # not right after the box
-    # main's thirds ... halves and tens scale after the box too; a singular ordinal there names a grade, no fraction
-    ("\\boxed{2} thirds", "\\frac{2}{3}", True),
-    ("\\boxed{3} halves", "3", False),
-    ("\\boxed{12} tens", "120", True),
+    # thirds ... halves and tens scale the number in the box's text, not after the box; a singular ordinal names a
+    # grade, no fraction
+    ("\\boxed{2} thirds", "2", True),
+    ("\\boxed{3} halves", "3", True),
+    ("\\boxed{12} tens", "120", False),
     ("There are \\boxed{4} fifth graders.", "4", True),
     ("So $\\boxed{4 \\text{ fifth graders}}$ were chosen.", "4", True),  # in the box too (was 4/5: wrong for 4)
     ("\\boxed{4 \\text{ fifth graders}}", "\\frac45", False),

@@ -334,32 +334,14 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
     before, hedge = _hedge_before(text, start, end), _hedge_after(text, end)
     if first == len(boxes) - 1 and not (before or hedge):
-        return c + _multiplier_after(text, end, c)
+        # the box alone: a word after it does not scale it (`\\boxed{12} thousand` is 12, the question asking in
+        # thousands; scaled, 16 of a probe's 345 responses were judged wrong)
+        return c
     run = text[start:end]
     if alternative:  # the two boxes offered, not the paragraph's reasoning between them (its numbers, its length)
         j0, c0 = boxes[first]
         run = text[start : j0 + len(c0) + 2] + " or " + text[text.rfind("\\", 0, j) : end]
     return before + run + hedge
-
-
-# a multiplier word right after a box that holds a number (`\boxed{12} thousand`, `$\boxed{12}$ \text{ million}`):
-# the answer is the number it names, as in the box (`_scaled_number`; was right for 12, wrong for 12000); not a
-# compound or a place (`\boxed{3} hundred-dollar bills`, `\boxed{7} thousands digit`: `_NOT_SCALING`)
-_MULTIPLIER_AFTER = re.compile(
-    r"(?:[ \t]|\$|\\[)\] ,;!])*(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*)?([A-Za-z]+)(?![A-Za-z])"
-)
-
-
-def _multiplier_after(text: str, end: int, content: str) -> str:
-    """` \\text{<multiplier>}` when a multiplier word follows a box holding a number that ends at `end`, else ""."""
-    if not re.fullmatch(r"\s*-?\d+(?:\.\d+)?\s*", content) or (m := _MULTIPLIER_AFTER.match(text, end)) is None:
-        return ""
-    word = m.group(1).lower()
-    if (factor := _MULTIPLIERS.get(word.removesuffix("s"))) is None or _NOT_SCALING.match(text, m.end()):
-        return ""
-    if factor.denominator > 1 and not word.endswith("s"):  # `\\boxed{4} fifth graders`: an ordinal, no fraction
-        return ""
-    return f" \\text{{ {word}}}"
 
 
 # a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box
@@ -949,7 +931,7 @@ _NUMBER_END = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\[ ,;:!]\s*)*$")  # the numbe
 
 def _ordinal(word: str, number: str | None) -> bool:
     """Whether a fraction word names an ordinal, no fraction: singular after a number other than 1 (`4 \\text{ fifth
-    graders}` was wrong for 4, read 4/5; `1 \\text{ tenth}` is 1/10), as `_multiplier_after` reads it after a box."""
+    graders}` was wrong for 4, read 4/5; `1 \\text{ tenth}` is 1/10)."""
     factor = _MULTIPLIERS.get(word.removesuffix("s"))
     if factor is None or factor.denominator == 1 or word.endswith("s") or not number:
         return False
