@@ -1190,3 +1190,20 @@ def test_every_vulgar_fraction_reads_as_its_unicode_value():
     assert len(_VULGAR) == 18
     for ch, (num, den) in _VULGAR.items():
         assert Fraction(num, den) == Fraction(unicodedata.numeric(ch)).limit_denominator(10), unicodedata.name(ch)
+
+
+def test_a_judged_corpus_keeps_every_verdict_it_agrees_with():
+    """345 solution endings as models write them (AIME, AMC, fractions, units, money, scaling words, hedges,
+    corrections, rejected roots, "Alternatively" paragraphs), each verdict decided by a careful human grader before
+    any was scored (`data/judged_responses.json`, the seventeenth probe; 303 agreed at 7658823, 322 now). A change
+    that flips one it agrees with fails here; the known disagreements may come to agree (then drop their flag)."""
+    import json
+    from pathlib import Path
+
+    corpus = json.loads((Path(__file__).parent / "data" / "judged_responses.json").read_text())
+    flipped = []
+    for i, case in enumerate(corpus):
+        agrees = equiv_correct(case["response"], case["truth"], timeout=5.0) == case["verdict"]
+        if not agrees and not case.get("known_disagreement"):
+            flipped.append((i, case["why"], case["response"][-80:]))
+    assert not flipped, flipped
