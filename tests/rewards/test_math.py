@@ -689,6 +689,10 @@ EQUIV_TABLE = [
     ("The minimum is $\\boxed{5}$, or else $2$ of the points would coincide.", "5", True),  # "otherwise", a reason
     ("$\\boxed{12}$, or else 13 if the order matters", "12", False),
     ("The answer is at least 5, so $\\boxed{5}$ or at least \\boxed{5}.", "5", True),
+    # ... "or at least" / "or at most" and another value: a bound offered, a hedge (was right for 6)
+    ("$\\boxed{6}$, or at least 7", "6", False),
+    ("The count is $\\boxed{6}$, or at most 5 if two coincide.", "6", False),
+    ("The count is $\\boxed{6}$, or at least 6 with this method.", "6", True),  # the same value
     # a number word and "or" before the box: a hedge, judged as its number (was right for 5: no digit before "or")
     ("four or \\boxed{5}", "5", False),
     ("The answer is either Four or $\\boxed{5}$.", "5", False),

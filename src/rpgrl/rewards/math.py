@@ -495,9 +495,10 @@ _CONDITIONS = frozenset("if when whenever unless depending assuming provided".sp
 # \boxed{12}` were right for 12: "else" read as words restating it); not "or at least 12", which restates
 _HEDGING = r"(?:maybe|perhaps|possibly|probably|else)"
 _MAYBE = re.compile(rf"^{_HEDGING}\b[\s,]*", re.IGNORECASE)
-# "or", then "more" or "less" and an adverb (`or more precisely`, `or more simply, twelve`, `or more likely`): no
-# open range; a value after it is read as one offered (the same value restated, or another)
-_REWORDED = re.compile(r"^(?:more|less)\s+[A-Za-z]+ly\b[\s,]*", re.IGNORECASE)
+# "or", then "more" or "less" and an adverb (`or more precisely`, `or more simply, twelve`, `or more likely`), or a
+# bound (`or at least 7`, `or at most 7`: `\boxed{6}, or at least 7` was right for 6): no open range; a value after
+# it is read as one offered (the same value restated, or another)
+_REWORDED = re.compile(r"^(?:(?:more|less)\s+[A-Za-z]+ly|at\s+(?:least|most))\b[\s,]*", re.IGNORECASE)
 # an open range after the "or" (`\boxed{12} or more`, `or more than that`): no single value either
 _OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
 # a number written as a word, up to twenty (`four or \boxed{5}` was right for 5: no digit before the "or")
