@@ -718,6 +718,19 @@ EQUIV_TABLE = [
     ("$x=2$ or $x=\\boxed{3}$; only the positive root is valid.", "3", False),  # both positive
     ("$x=-2$ or $x=\\boxed{3}$, but $x = 3$ is extraneous.", "3", False),  # the box's value rejected, not -2
     ("$x=-2$ or $x=\\boxed{3}$.\n\nOnly the positive root is valid.", "3", False),  # another paragraph
+    # ... in other words: a rejected value that fails (`does not satisfy`, `is not in the domain`), a sign kept or
+    # rejected (`we take the positive root`, `the negative root is extraneous`, `since $n$ must be positive`)
+    ("$x=-2$ or $x=\\boxed{3}$, but $x = -2$ does not satisfy the original equation.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$, but $x=-2$ doesn't work since lengths are positive.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$, and $x = -2$ is not in the domain.", "3", True),
+    ("$x=1$ or $x=\\boxed{3}$, but $x = 1$ is excluded: the denominator would be zero.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$; we take the positive root.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$; the negative root is extraneous.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$; we discard the negative solution.", "3", True),
+    ("$n=-5$ or $n=\\boxed{4}$, and since $n$ must be positive, $n = 4$.", "4", True),
+    ("$x=2$ or $x=\\boxed{3}$; we discard the negative solution.", "3", False),  # none is negative
+    ("$x=-2$ or $x=\\boxed{3}$, but $x = 3$ does not satisfy it.", "3", False),  # the box's value fails
+    ("$x=-2$ or $x=\\boxed{3}$; the positive root is extraneous.", "3", False),  # the box's sign rejected
     # "squared" and a unit after the number is the unit, read "square units" (was wrong: read as the number squared)
     ("\\boxed{25 \\text{ squared units}}", "25", True),
     ("The area is $\\boxed{9\\text{ squared centimeters}}$.", "9", True),

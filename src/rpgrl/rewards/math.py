@@ -445,11 +445,24 @@ def _offered(before: str, value: str) -> bool:
 # after the box, in its paragraph, the value offered before the "or" rejected, so the box is the one answer (`$x=-2$
 # or $x=\boxed{3}$; only the positive root is valid` was a hedge, wrong for 3): by sign (`only the positive root`),
 # the kept box of that sign and the other not; or named with a rejecting word (`but $x = -2$ is extraneous`). Not
-# `; only one root is valid`, `; both are valid`, nor `only the positive root` where both are positive.
-_ONLY_SIGN = re.compile(r"only\s+the\s+(positive|negative)\s+(?:root|solution|value|answer|one)", re.IGNORECASE)
+# `; only one root is valid`, `; both are valid`, nor `only the positive root` where both are positive. A sign kept
+# (`only the positive root`, `we take the positive root`, `since $n$ must be positive`) or rejected (`the negative
+# root is extraneous`, `we discard the negative solution`); a named value that fails (`does not satisfy`, `is not in
+# the domain`, `is excluded`).
+_ROOT = r"\s+(?:root|solution|value|answer|one)"
+_KEPT_SIGN = re.compile(
+    rf"(?:only\s+the|(?:take|keep|choose|use)\s+the)\s+(positive|negative){_ROOT}|\bmust\s+be\s+(positive|negative)",
+    re.IGNORECASE,
+)
+_REJECTED_SIGN = re.compile(
+    rf"(?:discard|reject|exclude)\s+the\s+(positive|negative){_ROOT}"
+    rf"|\bthe\s+(positive|negative){_ROOT}\s+(?:is|are)\s+(?:extraneous|rejected|invalid|discarded|not\s+valid)",
+    re.IGNORECASE,
+)
 _REJECTING = re.compile(
-    r"\b(?:(?:is|are)\s+(?:extraneous|rejected|invalid|discarded|not\s+(?:valid|allowed|possible|a\s+solution))"
-    r"|reject|discard)",
+    r"\b(?:(?:is|are)\s+(?:extraneous|rejected|invalid|discarded|excluded|impossible"
+    r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))"
+    r"|reject|discard|(?:does\s+not|doesn't|do\s+not|don't)\s+(?:satisfy|work))",
     re.IGNORECASE,
 )
 
@@ -457,8 +470,10 @@ _REJECTING = re.compile(
 def _rejected(after: str, other: str, kept: str) -> bool:
     """Whether `after`, the text after a box that holds `kept`, rejects `other`, the value before the box's "or"."""
     after = _PARAGRAPH_BREAK.split(after, maxsplit=1)[0]
-    if m := _ONLY_SIGN.search(after):
-        negative = m.group(1).lower() == "negative"
+    kept_sign, rejected_sign = _KEPT_SIGN.search(after), _REJECTED_SIGN.search(after)
+    if kept_sign or rejected_sign:
+        sign = next(g for g in (kept_sign or rejected_sign).groups() if g).lower()
+        negative = (sign == "negative") == bool(kept_sign)  # the sign kept
         return _negative(kept) == negative and _negative(other) != negative
     number = re.sub(r"[$\s]", "", other).rsplit("=", 1)[-1]
     named = re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", re.sub(r"\s", "", after))
