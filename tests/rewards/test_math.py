@@ -624,6 +624,17 @@ EQUIV_TABLE = [
     ("The answer is 10 - 3, or $\\boxed{7}$.", "7", True),
     ("This is 2^10, or $\\boxed{1024}$.", "1024", True),
     ("We get 3 \\times 4, or $\\boxed{12}$.", "12", True),
+    # ... or after a word that makes it no value offered: an approximation (`about`, `roughly`), a base, a modulus,
+    # `choose`, `twice`, `among`, a sign written out (was a hedge, wrong for the box)
+    ("The probability is about 0.33, or $\\boxed{\\frac{1}{3}}$.", "\\frac{1}{3}", True),
+    ("That is roughly 0.67, or exactly $\\boxed{\\frac{2}{3}}$.", "\\frac{2}{3}", True),
+    ("So $1011_2$ is 1011 in base 2, or $\\boxed{11}$ in base 10.", "11", True),
+    ("The remainder is 2023 mod 7, or $\\boxed{0}$.", "0", True),
+    ("The count is 5 choose 2, or $\\boxed{10}$.", "10", True),
+    ("The area is twice 18, or $\\boxed{36}$.", "36", True),
+    ("There are 6 favorable outcomes among 36, or $\\boxed{\\frac{1}{6}}$.", "\\frac{1}{6}", True),
+    ("The minimum value is negative 3, or $\\boxed{-3}$.", "-3", True),
+    ("The answer is about 4, or \\boxed{5}.", "5", False),  # no decimal cut short: a value offered
     ("The answer is x = -3, or x = \\boxed{5}.", "5", False),
     ("The count is a total of 4 or \\boxed{5}.", "5", False),  # no comma: still a hedge
     ("The answer is 4 (or \\boxed{5}).", "5", False),  # "(or" too (was right for 5: only ", or" was read)

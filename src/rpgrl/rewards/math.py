@@ -438,6 +438,8 @@ def _offered(before: str, value: str) -> bool:
     value = value[1:-1] if value.startswith("$") else value
     if re.search(r"\d\.\.\.+[\s,]*$", value):  # a decimal cut with "..." (`0.333..., or \\boxed{\\frac{1}{3}}`)
         return False
+    if "." in value and _ABOUT_END.search(before):  # a decimal rounded (`about 0.33, or \\boxed{\\frac{1}{3}}`)
+        return False
     lone = _LONE_OFFER.fullmatch(value) is not None
     return lone and _OPERAND_END.search(before) is None
 
@@ -545,16 +547,19 @@ _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
+_ABOUT_END = re.compile(r"(?<![A-Za-z])(?:about|roughly|around|nearly|almost)\s*\$?\s*$", re.I)  # a rounding
 # a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`, a number
 # word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
 _LONE_OFFER = re.compile(
     r"\s*(?:[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
     rf"|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)}))\s*"
 )
-# what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`),
+# what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`,
+# `5 choose 2`, `twice 18`, `2023 mod 7`, `6 ... among 36`), a base (`in base 2`), a sign written out (`negative 3`),
 # an amount converted (`\$2.50`) or an approximation (`\approx 0.33, or \boxed{\frac{1}{3}}`)
 _OPERAND_END = re.compile(
-    r"(?:(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus|approximately)|[-+*/^:\u2248]"
+    r"(?:(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus|approximately|choose|twice|thrice"
+    r"|double|triple|among|base|b?mod|negative)|[-+*/^:\u2248]"
     r"|\\(?:times|cdot|div|approx|\$))"
     r"\s*\$?\s*$",
     re.I,
