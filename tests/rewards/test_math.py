@@ -796,6 +796,9 @@ EQUIV_TABLE = [
         True,
     ),
     ("So $\\boxed{4}$.\n\nWait, each pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
+    ("So $\\boxed{4}$.\n\nOr wait, I double counted the empty case: $\\boxed{3}$.", "3", True),  # so is "Or wait"
+    ("So $\\boxed{4}$.\n\nOr, actually, each pair counts twice, so $\\boxed{8}$.", "8", True),
+    ("So $\\boxed{4}$.\n\nOr, if we count both orders, $\\boxed{8}$.", "8", False),
     ("First $\\boxed{2}$ pairs.\n\nThen we double.\n\nAlternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)

@@ -346,8 +346,11 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
 
 # a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box
 # before it: another answer offered, not a correction (`... the answer is $\boxed{4}$.` then `Alternatively, if we
-# count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box)
-_ALTERNATIVE = re.compile(r"[\s#>*_]*(?:alternatively|or)(?![A-Za-z])", re.IGNORECASE)
+# count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box), nor
+# "Or wait" / "Or, actually", a correction
+_ALTERNATIVE = re.compile(
+    r"[\s#>*_]*(?:alternatively|or)(?![A-Za-z])(?![\s,:\-\u2014]*(?:wait|actually|no)(?![A-Za-z]))", re.IGNORECASE
+)
 
 
 def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
