@@ -773,6 +773,11 @@ EQUIV_TABLE = [
     ("So $\\boxed{4 \\text{ fifth graders}}$ were chosen.", "4", True),  # in the box too (was 4/5: wrong for 4)
     ("\\boxed{4 \\text{ fifth graders}}", "\\frac45", False),
     ("\\boxed{4 \\text{ fifths}}", "\\frac45", True),
+    # a singular "ten" after a number other than 1 names no tens (`2 \\text{ ten sided dice}`; was read 20)
+    ("\\boxed{2 \\text{ ten sided dice}}", "2", True),
+    ("\\boxed{3 \\text{ ten dollar bills}}", "3", True),
+    ("\\boxed{3 \\text{ ten dollar bills}}", "30", False),
+    ("\\boxed{12 \\text{ tens}}", "120", True),
     ("\\boxed{2 \\text{ thirds}}", "\\frac{2}{3}", True),
     # a paragraph "Alternatively, ..." or "Or ..." ending in the last box, right after the paragraph of an earlier box:
     # two answers offered, a hedge (was right for 8: the last box read alone)

@@ -955,9 +955,10 @@ _NUMBER_END = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:\\[ ,;:!]\s*)*$")  # the numbe
 
 def _ordinal(word: str, number: str | None) -> bool:
     """Whether a fraction word names an ordinal, no fraction: singular after a number other than 1 (`4 \\text{ fifth
-    graders}` was wrong for 4, read 4/5; `1 \\text{ tenth}` is 1/10)."""
+    graders}` was wrong for 4, read 4/5; `1 \\text{ tenth}` is 1/10); a singular "ten" too, a compound (`2 \\text{
+    ten sided dice}`, `3 \\text{ ten dollar bills}` were read 20 and 30; tens are `12 \\text{ tens}`)."""
     factor = _MULTIPLIERS.get(word.removesuffix("s"))
-    if factor is None or factor.denominator == 1 or word.endswith("s") or not number:
+    if factor is None or (factor.denominator == 1 and word != "ten") or word.endswith("s") or not number:
         return False
     try:
         return Fraction(number.strip().replace(",", "")) != 1
