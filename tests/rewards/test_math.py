@@ -565,6 +565,11 @@ EQUIV_TABLE = [
     ("The answer is $\\boxed{12}$, or more likely 13.", "12", False),
     ("The answer is $\\boxed{12}$, or more precisely $12.0$.", "12", True),
     ("The answer is $\\boxed{12}$, or more likely 13 apples.", "12", False),
+    # ... set off by commas too (`or, more likely, 13`: was right for 12, the comma read as the value's words)
+    ("The answer is $\\boxed{12}$, or, more likely, $13$.", "12", False),
+    ("The answer is $\\boxed{12}$, or, perhaps, 13.", "12", False),
+    ("The answer is $\\boxed{12}$, or, more precisely, $12.0$.", "12", True),
+    ("The answer is $\\boxed{12}$, or, equivalently, $\\frac{24}{2}$.", "12", True),
     ("We need $\\boxed{12}$ or more than that.", "12", False),
     ("The answer is $\\boxed{12}$ or less than 13.", "12", False),
     # a value and words after the "or": another value when hedged or conditional (were right: words restate), else

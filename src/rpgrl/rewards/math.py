@@ -380,7 +380,7 @@ def _hedge_after(text: str, end: int) -> str:
     if m is None:
         return ""
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
-    rest = _END_MARKS.sub("", sentence[m.end() :]).strip()
+    rest = _END_MARKS.sub("", sentence[m.end() :]).strip().lstrip(", ")  # `or, more likely, 13`: the words after it
     hedged, rest = _MAYBE.match(rest), _MAYBE.sub("", rest, count=1)
     if reworded := _REWORDED.match(rest):  # `or more precisely 12.0`, `or more likely 13`: the value after it
         rest = rest[reworded.end() :]
