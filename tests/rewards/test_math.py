@@ -609,6 +609,9 @@ EQUIV_TABLE = [
     ("The probability is $12\\%$, or $\\boxed{0.12}$.", "0.12", True),
     ("So it costs \\$2.50, or \\boxed{250} cents.", "250", True),
     ("She spent $\\$2.50$, or $\\boxed{250}$ cents.", "250", True),  # was a hedge: `$2.50$` read as math
+    ("It costs \\$1{,}200, or $\\boxed{1200}$ dollars.", "1200", True),  # was a hedge: 200 read after `{,}`
+    ("It costs $\\$1{,}200$, or $\\boxed{120000}$ cents.", "120000", True),
+    ("The count is 1{,}200, or $\\boxed{1300}$.", "1300", False),
     ("The odds are 1:3, or \\boxed{\\frac{1}{4}}.", "\\frac{1}{4}", True),
     ("That is $\\binom{4}{2}$, or $\\boxed{6}$.", "6", True),
     ("x = -3, or x = \\boxed{5}", "5", False),

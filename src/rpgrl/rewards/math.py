@@ -533,9 +533,10 @@ _NUMBER_WORDS = {
 # (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
 # hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
 # `4 (or \boxed{5})`); an AMC choice too (`either (B) or $\boxed{(C)}$` was right for C: no digit before the "or"),
-# and a number word (`_NUMBER_WORDS`); a math group opens at an unescaped `$` (`$\$2.50$` is a sum of money)
+# and a number word (`_NUMBER_WORDS`); a math group opens at an unescaped `$` (`$\$2.50$` is a sum of money); a
+# number's `{,}` separators are its own (`\$1{,}200, or \boxed{1200}`: not 200)
 _OR_BEFORE = re.compile(
-    r"(?<![\w.])(?P<value>[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
+    r"(?<![\w.])(?P<value>[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
     rf"|(?<!\\)\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)})(?![A-Za-z]))"
     r"(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
@@ -554,7 +555,7 @@ _ABOUT_END = re.compile(r"(?<![A-Za-z])(?:about|roughly|around|nearly|almost)\s*
 # a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`, a number
 # word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
 _LONE_OFFER = re.compile(
-    r"\s*(?:[-+]?(?:\d[\d.,/]*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
+    r"\s*(?:[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
     rf"|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)}))\s*"
 )
 # what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`,
