@@ -718,6 +718,10 @@ EQUIV_TABLE = [
     ("The answer is four, or \\boxed{4}", "4", True),
     ("The answer is four, or \\boxed{5}", "5", False),  # ", or" after a lone number word offers another
     ("The answer is four or \\boxed{4}.", "4", True),  # one value written twice
+    # a compound number word is one number (`twenty-one or \\boxed{21}` was read 1 or 21, wrong for 21)
+    ("Twenty-one or $\\boxed{21}$ students.", "21", True),
+    ("Twenty-four or $\\boxed{25}$ students.", "25", False),
+    ("It is thirty or $\\boxed{31}$.", "31", False),
     ("Someone or \\boxed{5}", "5", True),  # no number word: "one" inside a word
     ("We can pick one or two, so \\boxed{5}", "5", True),  # the "or" is not before the box
     # a value and "or" before the box across a line break: a hedge as on one line (was right for 5: the line read)

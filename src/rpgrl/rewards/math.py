@@ -521,14 +521,20 @@ _MAYBE = re.compile(rf"^{_HEDGING}\b[\s,]*", re.IGNORECASE)
 _REWORDED = re.compile(r"^(?:(?:more|less)\s+[A-Za-z]+ly|at\s+(?:least|most))\b[\s,]*", re.IGNORECASE)
 # an open range after the "or" (`\boxed{12} or more`, `or more than that`): no single value either
 _OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
-# a number written as a word, up to twenty (`four or \boxed{5}` was right for 5: no digit before the "or")
+# a number written as a word, up to ninety-nine (`four or \boxed{5}` was right for 5: no digit before the "or"; a
+# compound is one number: `twenty-one or \boxed{21}` was read 1 or 21)
 _NUMBER_WORDS = {
     w: i
     for i, w in enumerate(
         "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-        "seventeen eighteen nineteen twenty".split()
+        "seventeen eighteen nineteen".split()
     )
 }
+for _tens, _word in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2):
+    _NUMBER_WORDS[_word] = 10 * _tens
+    for _unit, _unit_word in enumerate("one two three four five six seven eight nine".split(), start=1):
+        _NUMBER_WORDS[f"{_word}-{_unit_word}"] = 10 * _tens + _unit
+_NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # a compound before its parts
 # a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
 # (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
 # hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
@@ -537,7 +543,7 @@ _NUMBER_WORDS = {
 # number's `{,}` separators are its own (`\$1{,}200, or \boxed{1200}`: not 200)
 _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
-    rf"|(?<!\\)\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)})(?![A-Za-z]))"
+    rf"|(?<!\\)\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{_NUMBER_WORD})(?![A-Za-z]))"
     r"(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
     rf"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>{_HEDGING}(?![A-Za-z])[\s,]*)?"
@@ -556,7 +562,7 @@ _ABOUT_END = re.compile(r"(?<![A-Za-z])(?:about|roughly|around|nearly|almost)\s*
 # word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
 _LONE_OFFER = re.compile(
     r"\s*(?:[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
-    rf"|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{'|'.join(_NUMBER_WORDS)}))\s*"
+    rf"|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{_NUMBER_WORD}))\s*"
 )
 # what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`,
 # `5 choose 2`, `twice 18`, `2023 mod 7`, `6 ... among 36`), a base (`in base 2`), a sign written out (`negative 3`),
