@@ -570,6 +570,13 @@ EQUIV_TABLE = [
     ("The answer is $\\boxed{12}$, or, perhaps, 13.", "12", False),
     ("The answer is $\\boxed{12}$, or, more precisely, $12.0$.", "12", True),
     ("The answer is $\\boxed{12}$, or, equivalently, $\\frac{24}{2}$.", "12", True),
+    # a number word or an AMC choice alone after the "or" is a value offered too (was right for the box: no digit)
+    ("The answer is $\\boxed{5}$, or maybe six.", "5", False),
+    ("The answer is $\\boxed{5}$ or six.", "5", False),
+    ("The answer is $\\boxed{5}$, or five.", "5", True),
+    ("The answer is $\\boxed{21}$, or twenty-one.", "21", True),
+    ("So $\\boxed{\\textbf{(C)}}$ or possibly $\\textbf{(D)}$.", "C", False),
+    ("So $\\boxed{\\textbf{(C)}}$, or (C) in the list.", "C", True),
     ("We need $\\boxed{12}$ or more than that.", "12", False),
     ("The answer is $\\boxed{12}$ or less than 13.", "12", False),
     # a value and words after the "or": another value when hedged or conditional (were right: words restate), else

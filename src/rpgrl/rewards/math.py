@@ -332,7 +332,7 @@ def _box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         first -= 1  # `\\boxed{4}.` then a paragraph `Alternatively, ... \\boxed{8}`: two answers offered, a hedge
     j, c = boxes[-1]
     end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
-    before, hedge = _hedge_before(text, start, end), _hedge_after(text, end)
+    before, hedge = _hedge_before(text, start, end), _hedge_after(text, end, c)
     if first == len(boxes) - 1 and not (before or hedge):
         # the box alone: a word after it does not scale it (`\\boxed{12} thousand` is 12, the question asking in
         # thousands; scaled, 16 of a probe's 345 responses were judged wrong)
@@ -371,9 +371,10 @@ _LONE_VALUE = re.compile(
 )
 
 
-def _hedge_after(text: str, end: int) -> str:
+def _hedge_after(text: str, end: int, kept: str = "") -> str:
     """The rest of the sentence after a final box ending at `end` when it offers another value, "or" and then a
-    digit (`\\boxed{12} or 13.`, `\\boxed{12}, \\boxed{12.0}, or 13`: a hedge, judged as a whole), else "". Reads
+    digit (`\\boxed{12} or 13.`, `\\boxed{12}, \\boxed{12.0}, or 13`: a hedge, judged as a whole), a number word
+    (`or maybe six`) or, after a choice `kept` in the box, another choice (`or (D)`), else "". Reads
     at most MAX_ANSWER_CHARS characters of the box's line (a longer answer is judged wrong anyway)."""
     line = text[end : end + MAX_ANSWER_CHARS].split("\n", 1)[0]
     m = _OR_AFTER.match(line)
@@ -385,6 +386,10 @@ def _hedge_after(text: str, end: int) -> str:
     if reworded := _REWORDED.match(rest):  # `or more precisely 12.0`, `or more likely 13`: the value after it
         rest = rest[reworded.end() :]
     rest = _ASSIGNED_START.sub(r"\1", rest, count=1)  # `\boxed{3} or $x = 4$`: another value for the variable
+    if (word := rest.lower()) in _NUMBER_WORDS:  # `\\boxed{5}, or maybe six`: judged as 5 or 6
+        return sentence[: m.end()] + " " + str(_NUMBER_WORDS[word])
+    if _is_choice(kept) and _is_choice(rest):  # `\\boxed{(C)} or possibly (D)` (a value and a choice: one answer)
+        return sentence[: m.end()] + " " + rest
     if _LONE_VALUE.fullmatch(rest):
         return sentence[: m.end()] + " " + rest if reworded else sentence
     if _OPEN_ENDED.match(rest):
