@@ -571,6 +571,8 @@ EQUIV_TABLE = [
     ("The answer is $\\boxed{12}$, or, more precisely, $12.0$.", "12", True),
     ("The answer is $\\boxed{12}$, or, equivalently, $\\frac{24}{2}$.", "12", True),
     # a number word or an AMC choice alone after the "or" is a value offered too (was right for the box: no digit)
+    ("The answer is $\\boxed{5}$, or maybe even $6$.", "5", False),  # "maybe even" (was right for 5)
+    ("The answer is 4, or maybe even $\\boxed{5}$.", "5", False),
     ("The answer is $\\boxed{5}$, or maybe six.", "5", False),
     ("The answer is $\\boxed{5}$ or six.", "5", False),
     ("The answer is $\\boxed{5}$, or five.", "5", True),

@@ -518,7 +518,7 @@ _WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")
 _CONDITIONS = frozenset("if when whenever unless depending assuming provided".split())  # `or 14 if ...`
 # a word after "or" that offers another value, hedged; "or else" too (`$\boxed{12}$, or else 13` and `13, or else
 # \boxed{12}` were right for 12: "else" read as words restating it); not "or at least 12", which restates
-_HEDGING = r"(?:maybe|perhaps|possibly|probably|else)"
+_HEDGING = r"(?:(?:maybe|perhaps|possibly|probably)(?:[\s,]+even)?|else)"  # `or maybe even 13` too
 _MAYBE = re.compile(rf"^{_HEDGING}\b[\s,]*", re.IGNORECASE)
 # "or", then "more" or "less" and an adverb (`or more precisely`, `or more simply, twelve`, `or more likely`), or a
 # bound (`or at least 7`, `or at most 7`: `\boxed{6}, or at least 7` was right for 6): no open range; a value after
