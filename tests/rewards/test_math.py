@@ -603,6 +603,8 @@ EQUIV_TABLE = [
     ("$12$ or $\\boxed{0.12}$", "12", False),
     ("Converting, 0.25, or $\\boxed{\\frac{1}{4}}$.", "\\frac{1}{4}", True),  # the comma is no part of 0.25
     ("The answer is 0.333..., or $\\boxed{\\frac{1}{3}}$.", "\\frac{1}{3}", True),  # an approximation (was a hedge)
+    ("The decimal 0.333... or $\\boxed{\\frac{1}{3}}$.", "\\frac{1}{3}", True),  # without the comma too
+    ("It is 0.333... or maybe $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}", False),  # hedged
     ("The answer is $2^{10}$, or $\\boxed{1024}$.", "1024", True),
     # ", or" before the box restates a result or a conversion (an operand, a sum of money, math that is no lone
     # value: MATH's style); after a lone value it offers another, as "or" alone or with "maybe" does, and a second

@@ -421,6 +421,8 @@ def _hedge_before(text: str, start: int, end: int) -> str:
     before, value = line[: m.start()], m.group("value")
     if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
         return ""
+    if not m.group("hedged") and _CUT_DECIMAL.search(value):  # `0.333... or \\boxed{\\frac{1}{3}}`: an approximation
+        return ""
     kept = _boxed_contents(text[start:end])[-1]
     if _rejected(text[end : end + MAX_ANSWER_CHARS], value, kept):
         return ""
@@ -430,6 +432,9 @@ def _hedge_before(text: str, start: int, end: int) -> str:
     if (word := value.lower()) in _NUMBER_WORDS:  # `four or \\boxed{5}`: the hedge judged as 4 or 5
         return str(_NUMBER_WORDS[word]) + line[m.end("value") :]
     return line[m.start() :]
+
+
+_CUT_DECIMAL = re.compile(r"\d\.\.\.+[\s,$]*$")  # a decimal cut with "...": an approximation, no value offered
 
 
 def _is_choice(value: str) -> bool:
@@ -444,7 +449,7 @@ def _offered(before: str, value: str) -> bool:
     if _assigned(before, value):
         return True
     value = value[1:-1] if value.startswith("$") else value
-    if re.search(r"\d\.\.\.+[\s,]*$", value):  # a decimal cut with "..." (`0.333..., or \\boxed{\\frac{1}{3}}`)
+    if _CUT_DECIMAL.search(value):  # a decimal cut with "..." (`0.333..., or \\boxed{\\frac{1}{3}}`)
         return False
     if "." in value and _ABOUT_END.search(before):  # a decimal rounded (`about 0.33, or \\boxed{\\frac{1}{3}}`)
         return False
