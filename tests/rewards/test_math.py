@@ -765,6 +765,7 @@ EQUIV_TABLE = [
     ("$x=2$ or $x=\\boxed{3}$; we discard the negative solution.", "3", False),  # none is negative
     ("$x=-2$ or $x=\\boxed{3}$, but $x = 3$ does not satisfy it.", "3", False),  # the box's value fails
     ("$x=-2$ or $x=\\boxed{3}$; the positive root is extraneous.", "3", False),  # the box's sign rejected
+    ("$x=-2$ or $x=\\boxed{3}$; neither $-2$ nor $3$ is extraneous.", "3", False),  # neither rejected
     # "squared" and a unit after the number is the unit, read "square units" (was wrong: read as the number squared)
     ("\\boxed{25 \\text{ squared units}}", "25", True),
     ("The area is $\\boxed{9\\text{ squared centimeters}}$.", "9", True),

@@ -492,6 +492,8 @@ def _rejected(after: str, other: str, kept: str) -> bool:
         return _negative(kept) == negative and _negative(other) != negative
     number = re.sub(r"[$\s]", "", other).rsplit("=", 1)[-1]
     named = re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", re.sub(r"\s", "", after))
+    if re.search(r"\bneither\b", after, re.IGNORECASE):  # `neither $-2$ nor $3$ is extraneous`: none rejected
+        return False
     return bool(number) and named is not None and _REJECTING.search(after) is not None
 
 
