@@ -729,6 +729,10 @@ EQUIV_TABLE = [
     ("The answer is four, or \\boxed{4}", "4", True),
     ("The answer is four, or \\boxed{5}", "5", False),  # ", or" after a lone number word offers another
     ("The answer is four or \\boxed{4}.", "4", True),  # one value written twice
+    # "one" after "the <adjective>", "this", "that" is a pronoun, no number (was read 1 or 3, wrong for 3)
+    ("So we take the positive one, or $x = \\boxed{3}$.", "3", True),
+    ("We keep the larger one or $\\boxed{3}$.", "3", True),
+    ("The answer is one, or $\\boxed{3}$.", "3", False),
     # a compound number word is one number (`twenty-one or \\boxed{21}` was read 1 or 21, wrong for 21)
     ("Twenty-one or $\\boxed{21}$ students.", "21", True),
     ("Twenty-four or $\\boxed{25}$ students.", "25", False),

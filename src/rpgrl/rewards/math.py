@@ -419,6 +419,8 @@ def _hedge_before(text: str, start: int, end: int) -> str:
     # `$\\binom{4}{2}$, or $\\boxed{6}$`); after a lone value it offers another (`The answer is 4, or \\boxed{5}`;
     # `$12\\%$, or $\\boxed{0.12}$` is one value written twice), as "or" alone does, or ", or maybe"
     before, value = line[: m.start()], m.group("value")
+    if value.lower() == "one" and _PRONOUN_BEFORE.search(before):  # `the positive one, or \\boxed{3}`: no number
+        return ""
     if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
         return ""
     if not m.group("hedged") and _CUT_DECIMAL.search(value):  # `0.333... or \\boxed{\\frac{1}{3}}`: an approximation
@@ -434,6 +436,7 @@ def _hedge_before(text: str, start: int, end: int) -> str:
     return line[m.start() :]
 
 
+_PRONOUN_BEFORE = re.compile(r"(?<![A-Za-z])(?:the(?:\s+[A-Za-z]+)?|this|that|which|each|every|any)\s+$", re.I)
 _CUT_DECIMAL = re.compile(r"\d\.\.\.+[\s,$]*$")  # a decimal cut with "...": an approximation, no value offered
 
 
