@@ -1257,10 +1257,11 @@ def test_every_vulgar_fraction_reads_as_its_unicode_value():
 
 
 def test_a_judged_corpus_keeps_every_verdict_it_agrees_with():
-    """345 solution endings as models write them (AIME, AMC, fractions, units, money, scaling words, hedges,
+    """493 solution endings as models write them (AIME, AMC, fractions, units, money, scaling words, hedges,
     corrections, rejected roots, "Alternatively" paragraphs), each verdict decided by a careful human grader before
-    any was scored (`data/judged_responses.json`, the seventeenth probe; 303 agreed at 7658823, 322 now). A change
-    that flips one it agrees with fails here; the known disagreements may come to agree (then drop their flag)."""
+    any was scored (`data/judged_responses.json`, the seventeenth probe: 345 realistic endings, 303 agreeing at
+    7658823 and 323 now, then 148 aimed at the new rules' edges, 133 agreeing). A change that flips one it agrees
+    with fails here; the known disagreements may come to agree (then drop their flag)."""
     import json
     from pathlib import Path
 
