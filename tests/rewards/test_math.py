@@ -1165,8 +1165,7 @@ def test_a_fresh_workers_first_answer_of_each_kind_is_not_charged_one_time_loadi
     from rpgrl.rewards import _mathverify
 
     assert all(_mathverify.equivalent(p, g, timeout=30) for p, g in _mathverify.WARM_UP)  # each a real equivalence
-    kinds = [("x^3-1", "(x-1)(x^2+x+1)"), ("2\\cos^2 x - 1", "\\cos 2x"), ("\\tan x", "\\frac{\\sin x}{\\cos x}"),
-             ("\\int_0^2 x^2 dx", "\\frac83"), ("\\ln e^2", "2")]  # fmt: skip
+    kinds = [("x^3-1", "(x-1)(x^2+x+1)"), ("2\\cos^2 x - 1", "\\cos 2x"), ("\\int_0^2 x^2 dx", "\\frac83")]
     for pred, gold in kinds:
         _mathverify._local.worker = None  # a fresh worker
         _mathverify.warm_up()
