@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from rpgrl.objectives.kl import KL_PENALTY_NAMES, anchored_kl_term, grpo_kl_term, k1, k2, k3, kl_penalty
+from rpgrl.objectives.kl import KL_PENALTY_NAMES, anchored_kl_term, grpo_kl_term, k1, k2, k3, kl_penalty, scaled_k3
 
 N = 7
 TOL = 1e-9
@@ -336,3 +336,15 @@ def test_rho_phi_gradient_under_a_signed_upstream_gradient(divergence):
     log_u = (0.5 * torch.randn(3, 4, generator=g, dtype=torch.float64)).requires_grad_(True)
     log_rho = 0.5 * torch.randn(3, 4, generator=g, dtype=torch.float64)
     _upstream_gradcheck(lambda lu: rho_phi(divergence, lu, log_rho, scale=0.3), log_u)
+
+
+def test_scaled_k3_is_the_scale_times_k3_and_its_gradient_where_both_fit():
+    """exp(log_scale) k3(x) and d/dx = exp(log_scale) expm1(x), against float64 closed forms, in range and where
+    exp(x) alone overflows float32 (x = 95, scale 1e-5)."""
+    x = torch.tensor([-3.0, -0.25, 0.0, 0.3, 2.0, 95.0], requires_grad=True)
+    out = scaled_k3(x, math.log(1e-5))
+    out.sum().backward()
+    for xi, v, g in zip(x.tolist(), out.tolist(), x.grad.tolist(), strict=True):
+        val = math.exp(math.log(1e-5) + xi) - 1e-5 * (1 + xi) if xi > 50 else 1e-5 * (math.expm1(xi) - xi)
+        assert v == pytest.approx(val, rel=1e-5, abs=1e-45), xi
+        assert g == pytest.approx(1e-5 * math.expm1(xi) if xi < 50 else math.exp(math.log(1e-5) + xi), rel=1e-5), xi

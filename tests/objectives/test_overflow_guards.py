@@ -796,3 +796,24 @@ def test_kl_metrics_of_units_of_opposite_infinite_sign_in_one_row_are_not_nan():
                        style="reinforce", beta=beta, clip="truncate", anchor_logp=anchor)  # fmt: skip
         if math.isfinite(float(out.loss.detach())):
             assert all(math.isfinite(float(v)) for v in out.metrics.values()), out.metrics
+
+
+@pytest.mark.parametrize("kl", ["k3", "k3_corrected"])
+@pytest.mark.parametrize("x, beta, dtype", [(92.0, 1e-4, torch.float32), (97.0, 1e-6, torch.float32),
+                                           (712.0, 1e-4, torch.float64)])  # fmt: skip
+def test_ppo_kl_term_past_the_dtype_under_a_small_beta_gives_the_exact_loss(kl, x, beta, dtype):
+    """log(pi_ref / pi_theta) = x past exp's range (88.7 in float32, 709.8 in float64) while beta k3(x) fits: the
+    term overflowed before beta multiplied it, and a finite loss was refused as an overflow. Now beta is taken in
+    log space where the product overflows: loss and gradient are the closed forms (w = 1, A = 0), in float64:
+    beta k3(x) = beta e^x (1 - (1 + x) e^-x); d/dlogp = -beta expm1(x) (k3), -beta x w (k3_corrected)."""
+    log_max = math.log(torch.finfo(dtype).max)
+    assert math.log(beta) + x < log_max < x
+    exact = math.exp(math.log(beta) + x) * (1 - (1 + x) * math.exp(-x))
+    grad = -math.exp(math.log(beta) + x) * -math.expm1(-x) if kl == "k3" else -beta * x
+    lp = _one(-1.0 - x, dtype, grad=True)
+    out = ppo_loss(lp, _one(-1.0 - x, dtype), torch.tensor([0.0], dtype=dtype), torch.ones(1, 1), kl=kl, beta=beta,
+                   ref_logp=_one(-1.0, dtype))  # fmt: skip
+    out.loss.backward()
+    assert math.isclose(out.loss.item(), exact, rel_tol=1e-5), (out.loss.item(), exact)
+    assert math.isclose(lp.grad.item(), grad, rel_tol=1e-5), (lp.grad.item(), grad)
+    assert out.metrics["loss/kl"].item() == pytest.approx(min(exact, 1e30), rel=1e-5)  # saturated at 1e30

@@ -37,7 +37,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
-from rpgrl.objectives.kl import grpo_kl_term, k3
+from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, scaled_k3
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
@@ -68,7 +68,9 @@ def ppo_loss(
         k3_corrected  w * k3(pi_anchor / pi_theta)           (spec 3.4; unbiased gradient of KL(pi || anchor))
     anchor = `ref_logp` when given, else `old_logp` (the iterative reference of spec 6). `kl_clamp` clamps the KL
     term to [-kl_clamp, kl_clamp] (verl's low_var_kl uses 10; off by default) and is counted in `kl/frac_clamped`;
-    where it binds the gradient is 0, also where the unclamped term overflows. A loss that overflows raises
+    where it binds the gradient is 0, also where the unclamped term overflows. Unclamped, beta is taken inside the
+    term's exponential where the term alone passes the dtype and beta times it does not (`_times_beta`). A loss that
+    overflows raises
     `LossOverflow` (a ValueError), as does backward where the gradient of logp is not finite under a finite loss
     (`checks.finite_gradient`; the corrected KL term's gradient is formed directly, `kl._WeightedK3`).
 
@@ -110,7 +112,7 @@ def ppo_loss(
         kl_value = aggregate(kl_term.detach().to(torch.float64), m, agg, normalizer)  # metric only: no overflow
         if beta != 0:  # beta = 0: the term is inert (0 x an overflowed term would be NaN, in the loss or metric)
             kl_loss = beta * kl_value
-            per_token = pg + beta * kl_term
+            per_token = pg + _times_beta(kl, kl_term, beta, logp, anchor, old_logp, clamped)
         metrics[M.KL_PENALTY] = kl_value
 
     loss = aggregate(per_token, m, agg, normalizer)
@@ -179,6 +181,25 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
             raw = torch.where(raw.isnan(), exact, raw)
         fill = raw.clamp(-kl_clamp, kl_clamp)
     return torch.where(clamped, fill, term(torch.where(clamped, anchor, logp))), clamped
+
+
+def _times_beta(kind, kl_term, beta: float, logp, anchor, old_logp, clamped) -> torch.Tensor:
+    """beta * kl_term (B, T), value and gradient. Where that product is not finite (k3's exp(anchor - logp) past the
+    dtype, ~88.7 nats in float32, while beta k3 fits: beta / N takes it back in range), the term is formed with
+    log(beta) inside its exponential (`scaled_k3`, `anchored_kl_term` with the sampler moved by -log beta), finite
+    wherever the product is, its gradient too. Elsewhere, to the bit, beta * kl_term."""
+    scaled = beta * kl_term
+    bad = ~torch.isfinite(scaled.detach())
+    if kind == "k1" or clamped is not None or not bool(bad.any()):  # k1 cannot overflow; a clamp bounds the term
+        return scaled
+    safe = torch.where(bad, anchor, logp)  # the term is 0 there, with a zero gradient: no inf reaches backward
+    direct = beta * grpo_kl_term(safe, anchor, old_logp, corrected=kind == "k3_corrected")
+    far = torch.where(bad, logp, anchor)  # and 0 elsewhere
+    if kind == "k3":
+        big = scaled_k3(anchor - far, math.log(beta))
+    else:
+        big = anchored_kl_term(far, anchor, old_logp - math.log(beta), direction="reverse")
+    return torch.where(bad, big, direct)
 
 
 @register_loss("grpo")

@@ -154,6 +154,14 @@ def anchored_kl_term(
     return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction)
 
 
+def scaled_k3(log_r: torch.Tensor, log_scale: float) -> torch.Tensor:
+    """exp(log_scale) k3(log_r), with the gradient exp(log_scale) expm1(log_r), both finite wherever they fit the
+    dtype: a small scale (beta) brings back in range a k3 whose exp(log_r) alone overflows. `_WeightedK3`'s forward
+    form with its constant weight exp(log_scale) (anchor 0, sampler -log_scale). Any shape -> the same shape."""
+    zero = torch.zeros_like(log_r)
+    return _WeightedK3.apply(log_r, zero, zero - log_scale, "forward")
+
+
 class _WeightedK3(torch.autograd.Function):
     """The importance-weighted k3 terms of `anchored_kl_term`, with a as the anchor's and s as the sampler's log-prob:
         reverse: e^(logp - s) k3(a - logp),  d/dlogp = (logp - a) e^(logp - s)
