@@ -511,3 +511,29 @@ def test_a_suite_at_another_scale_keeps_the_results_json_it_replaces(tmp_path, c
     assert list(json.loads((suite / "results.json").read_text())["claims"]) == ["clip-range"]
     assert rpgrl_main([*argv, "--report", str(tmp_path / "r.md")]) == 0  # the same suite again: nothing to keep
     assert not (suite / "results-previous-2.json").exists()
+
+
+def test_no_run_merges_an_arms_stored_seeds_with_the_cached_ones(tmp_path):
+    """results.json holding seeds 0 and 1 of each arm (copied from a machine that ran them) beside a cache holding
+    seed 2 only: the file's two records replaced the cache's one, and seed 2, run and cached here, was left out of
+    the report. Now each arm has all three, the cached seed's record as cached, and its mean curves over the three."""
+    suite = tmp_path / "suite"
+    _cached_suite(suite, "clip-range", [0, 1, 2])
+    argv = ["reproduce", "clip-range", "--quick", "--seeds", "3", "--out", str(suite), "--no-run", "--report",
+            str(tmp_path / "r.md")]  # fmt: skip
+    assert rpgrl_main(argv) == 0
+    stored = json.loads((suite / "results.json").read_text())
+    for arm in stored["claims"]["clip-range"]["arms"]:
+        del arm["runs"]["2"]
+        arm["curves"] = {"reward": [0.2, 0.6], "entropy": [1.0, 1.0], "length": [8.0, 8.0]}  # over seeds 0 and 1
+    (suite / "results.json").write_text(json.dumps(stored))
+    base, warm = base_config(QUICK), reproduce_cli.warm_start_config(QUICK)
+    for seed in (0, 1):
+        for arm in CLAIMS["clip-range"].arms:
+            record = run_dir(suite, Job(arm.config(base), seed, config_key(warm, seed))) / "record.json"
+            record.unlink()
+    assert rpgrl_main(argv) == 0
+    after = json.loads((suite / "results.json").read_text())
+    for arm in after["claims"]["clip-range"]["arms"]:
+        assert sorted(arm["runs"]) == ["0", "1", "2"], arm["name"]
+        assert arm["curves"]["reward"] == pytest.approx([(2 * 0.2 + 0.1) / 3, (2 * 0.6 + 0.3) / 3]), arm["name"]

@@ -175,7 +175,7 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         rec = cached_record(run_dir(out, job))
         if rec is not None:
             runs.setdefault(name, {}).setdefault(arm, {})[job.seed] = rec
-    earlier, from_earlier = (None, set()) if run else _stored_records(out, claims, base, scale, seeds, runs)
+    earlier = None if run else _stored_records(out, claims, base, scale, seeds, runs)
     if not run and not runs:  # a mistyped --out would otherwise overwrite a report with an empty one
         raise UsageError(f"--no-run: no finished run of these claims is cached under {out}; check --out, or run "
                          "without --no-run")  # fmt: skip
@@ -184,11 +184,6 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         "claims": {n: claim_result(CLAIMS[n], runs.get(n, {}), base, seeds) for n in claims},
         "report_commit": _commit(),
     }
-    if earlier is not None:  # its records hold no per-step curves; its arms hold their means
-        for n, r in results["claims"].items():
-            for arm in r["arms"]:
-                if (n, arm["name"]) in from_earlier:
-                    arm["curves"] = earlier["curves"][(n, arm["name"])]
     from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
     from rpgrl.trainer.log import json_safe
 
@@ -318,25 +313,31 @@ def _keep_other_suite(out: Path) -> Path | None:
     return aside
 
 
-def _stored_records(out, claims, base, scale, seeds, runs) -> tuple[dict | None, set[tuple[str, str]]]:
-    """--no-run: `runs` (the run cache's records) completed in place from OUT/results.json arm by arm, where it holds
-    more seeds of an arm than the cache (no cache: another machine; a partial one: a copied or pruned folder), so a
-    report never has fewer records than the file it rewrites. Returns (`_earlier_results`, the (claim, arm) pairs
-    taken from it), or (None, empty) when none is taken. With a cache, a results.json this suite cannot read is
-    left aside, as before."""
+def _stored_records(out, claims, base, scale, seeds, runs) -> dict | None:
+    """--no-run: `runs` (the run cache's records) completed in place from OUT/results.json, seed by seed, where it
+    holds a seed of an arm the cache does not (no cache: another machine; a partial one: a copied or pruned folder),
+    so a report never has fewer records than the file it rewrites nor than the cache. Returns `_earlier_results`
+    when a record is taken from it, else None. With a cache, a results.json this suite cannot read is left aside,
+    as before."""
     try:
         earlier = _earlier_results(out, claims, base, scale, seeds)
     except UsageError:
         if not runs:
             raise
-        return None, set()
-    taken = set()
+        return None
+    taken = False
     for name, arms in (earlier or {}).get("runs", {}).items():
         for arm, records in arms.items():
-            if len(records) > len(runs.get(name, {}).get(arm, {})):
-                runs.setdefault(name, {})[arm] = records
-                taken.add((name, arm))
-    return (earlier, taken) if taken else (None, taken)
+            cached = runs.get(name, {}).get(arm, {})
+            if records.keys() - cached.keys():
+                # A seed in both: the cache's record (it holds its curves). The file's records hold none: each takes
+                # the arm's stored mean over the file's seeds, which the arm's new mean so weighs by their number
+                # (exact when the cache holds none of them and all ran as many steps).
+                mean = earlier["curves"][(name, arm)]
+                merged = {s: cached.get(s) or {**rec, "curves": mean} for s, rec in records.items()} | cached
+                runs.setdefault(name, {})[arm] = dict(sorted(merged.items()))
+                taken = True
+    return earlier if taken else None
 
 
 def _earlier_results(out: Path, claims: list[str], base, scale: Scale, seeds: list[int]) -> dict | None:
