@@ -64,10 +64,9 @@ def _jsonl(path, rows):
         (["--rollout.group_size", str(10**9)], "generating 1000000000 rows of"),
         (["--eval.val_samples", str(10**9)], "or eval.val_samples"),  # was found after the warm start
         # a step's rollouts larger than the machine (a MemoryError, or the machine out of memory, mid-run)
+        # (any training set: the step's prompts are drawn with repeats from a smaller one)
         (
             [
-                "--data.num_train",
-                "324000",
                 "--rollout.prompts_per_step",
                 "324000",
                 "--rollout.group_size",
@@ -78,8 +77,12 @@ def _jsonl(path, rows):
             "one step's 20736000 rollouts of",
         ),  # fmt: skip
         # a warm-start batch larger than the machine (a batch beyond the training set is the whole set: 324,000
-        # worked solutions at once were an out-of-memory kill; a review's), and a warm start that cannot move
-        (["--data.num_train", "324000", "--sft.batch_size", str(10**8)], "a warm-start step of 324000 sequences"),
+        # worked solutions at once were an out-of-memory kill; a review's; 20,000 at a wider model here, since
+        # drawing 324,000 distinct problems takes ~17 s), and a warm start that cannot move
+        (
+            ["--sft.batch_size", str(10**8), "--model.hidden_size", "1024", "--model.intermediate_size", "3072"],
+            "a warm-start step of 20000 sequences",
+        ),  # fmt: skip
         (["--sft.lr", "0"], "sft.lr must be > 0 (sft.max_steps 0 turns the warm start off), got 0.0"),
         # a generation batch larger than the training set (the DAPO presets' 1536 with a smaller file: a review's)
         (["--rollout.group_filter", "fill", "--rollout.gen_prompts", str(10**11)], "is twice the 20000 training"),
