@@ -13,6 +13,7 @@ import time
 import pytest
 
 from rpgrl.rewards import REWARDS, Reward
+from rpgrl.rewards import hedges as _hedges
 from rpgrl.rewards import math as _math
 from rpgrl.rewards.math import (
     INVALID,
@@ -1066,10 +1067,10 @@ def test_remarks_hedges_and_units_take_linear_time(text):
     44 s on 40 KB of spaces in `without_remarks`: it now leaves anything longer than a judged answer alone)."""
     deadline = time.monotonic() + 1.0
     t0 = time.process_time()
-    without_remarks(text), _math._values_offered(text), _math._restated_value(text, deadline)
+    without_remarks(text), _hedges._values_offered(text), _math._restated_value(text, deadline)
     for pattern in (_math._STATED, _math._UNIT_AFTER, _math._UNIT_INSIDE, _math._MOD_SIDE, _math._ARITHMETIC):
         pattern.fullmatch(text)
-    _math._CONNECTIVE.match(text), _math._OR_PARTS.split(text)
+    _math._CONNECTIVE.match(text), _hedges._OR_PARTS.split(text)
     for response in (text, "Answer: 540 (" + text + ")", "Answer: 540, since " + text, "\\boxed{5} or " + text):
         math_score(response, "540")
     assert time.process_time() - t0 < 0.5

@@ -1,0 +1,390 @@
+"""Whether a response commits to one final answer or hedges between several, as a careful grader reads it.
+
+`rewards.math` reads the answer of a response's boxes through `box_run(text, boxes)`: the last box, with the boxes
+that only a separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer of two values; `\\boxed{4} or
+\\boxed{5}`: a hedge), the box of the paragraph before an `Alternatively, ...` one, and a value offered with "or"
+after the box (`\\boxed{12} or 13`, `, or maybe six`) or before it (`4 or \\boxed{5}`), unless that value restates
+the answer (`\\$2.50, or \\boxed{250} cents`), is an operand or an equation (`40% of 30, or \\boxed{12}`), or is
+rejected after the box (`$x=-2$ or $x=\\boxed{3}$; the negative root is extraneous`). The answer so read is a hedge
+when `is_hedge(answer, ground_truth)` says it offers several values where the truth is one; `values_offered(hedge)`
+lists them, for `rewards.math` to judge whether they are all one value (`\\boxed{12}, \\boxed{12.0}`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from rpgrl.rewards.presentation import (
+    _DELIMITERS,
+    _END_MARKS,
+    _GOLD_CHOICE,
+    _PARAGRAPH_BREAK,
+    _SENTENCE_END,
+    MAX_ANSWER_CHARS,
+    _boxed_contents,
+    _boxes,
+    clean_answer,
+)
+
+# what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`, `, and`,
+# `\boxed{4} (or \boxed{5})`
+_BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \boxed{5}$`)
+    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:;|,?\s*(?:and|or)|,|\\text\s*\{\s*(?:and|or)\s*\}|\(\s*(?:and|or))?"
+    r"(?:\s|\$|\\[(),;]|\\q?quad)*"
+    r"(?:[A-Za-z]\w{0,3}\s*=\s*)?"
+)
+
+
+def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
+    """The last box, with the boxes right before it that only a separator parts from it (`$\\boxed{2}$ and
+    $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`) or, alone, with the box of the
+    paragraph before its `Alternatively, ...` one (`_alternative`), as raw text, with a value offered with "or"
+    before the run (`_hedge_before`) or after it (`_hedge_after`). `boxes`: the boxes of `text` that hold a value
+    (`_boxes`), one at least."""
+    first = len(boxes) - 1
+    while first > 0:
+        j, c = boxes[first - 1]
+        command = text.rfind("\\", 0, boxes[first][0])  # the backslash of the next box's \boxed
+        gap = text[j + len(c) + 2 : command]
+        if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
+            break
+        first -= 1
+    alternative = first == len(boxes) - 1 and first > 0 and _alternative(text, boxes[first - 1], boxes[first][0])
+    if alternative:
+        first -= 1  # `\\boxed{4}.` then a paragraph `Alternatively, ... \\boxed{8}`: two answers offered, a hedge
+    j, c = boxes[-1]
+    end, start = j + len(c) + 2, text.rfind("\\", 0, boxes[first][0])
+    before, hedge = _hedge_before(text, start, end), _hedge_after(text, end, c)
+    if first == len(boxes) - 1 and not (before or hedge):
+        # the box alone: a word after it does not scale it (`\\boxed{12} thousand` is 12, the question asking in
+        # thousands; scaled, 16 of a probe's 345 responses were judged wrong)
+        return c
+    run = text[start:end]
+    if alternative:  # the two boxes offered, not the paragraph's reasoning between them (its numbers, its length)
+        j0, c0 = boxes[first]
+        run = text[start : j0 + len(c0) + 2] + " or " + text[text.rfind("\\", 0, j) : end]
+    return before + run + hedge
+
+
+# a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box
+# before it: another answer offered, not a correction (`... the answer is $\boxed{4}$.` then `Alternatively, if we
+# count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box), nor
+# "Or wait" / "Or, actually", a correction
+_ALTERNATIVE = re.compile(
+    r"[\s#>*_]*(?:alternatively|or)(?![A-Za-z])(?![\s,:\-\u2014]*(?:wait|actually|no)(?![A-Za-z]))", re.IGNORECASE
+)
+
+
+def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
+    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one."""
+    j, c = previous
+    paragraphs = _PARAGRAPH_BREAK.split(text[j + len(c) + 2 : text.rfind("\\", 0, last)])
+    return len(paragraphs) >= 2 and not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
+
+
+# the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
+# `\boxed{12} or 13`, `$\boxed{12}$, or $13$`, `\boxed{12} (or 13)`, `\boxed{12} \text{ or } 13`
+_OR_AFTER = re.compile(r"(?:\s|\$|\\[)\] ]|\\q?quad|[,;(])*(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{\s*or\s*\})")
+# what may follow that "or" for a second value: a lone number or plain math, no words (`or approximately 2.83`,
+# `or equivalently 2^2 \cdot 3`, `or 50\%` restate the answer in other terms; `or 13` offers another)
+_LONE_VALUE = re.compile(
+    r"(?:\s|\$|\\[()\[\] ]|\\q?quad|\\(?:d|t)?frac|\\sqrt|\\pi|\\cdot|\\times|[\d.,+\-*/^{}()])*\d"
+    r"(?:\s|\$|\\[()\[\] ]|\\q?quad|\\(?:d|t)?frac|\\sqrt|\\pi|\\cdot|\\times|[\d.,+\-*/^{}()])*"
+)
+
+
+def _hedge_after(text: str, end: int, kept: str = "") -> str:
+    """The rest of the sentence after a final box ending at `end` when it offers another value, "or" and then a
+    digit (`\\boxed{12} or 13.`, `\\boxed{12}, \\boxed{12.0}, or 13`: a hedge, judged as a whole), a number word
+    (`or maybe six`) or, after a choice `kept` in the box, another choice (`or (D)`), else "". Reads
+    at most MAX_ANSWER_CHARS characters of the box's line (a longer answer is judged wrong anyway)."""
+    line = text[end : end + MAX_ANSWER_CHARS].split("\n", 1)[0]
+    m = _OR_AFTER.match(line)
+    if m is None:
+        return ""
+    sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
+    rest = _END_MARKS.sub("", sentence[m.end() :]).strip().lstrip(", ")  # `or, more likely, 13`: the words after it
+    hedged, rest = _MAYBE.match(rest), _MAYBE.sub("", rest, count=1)
+    if reworded := _REWORDED.match(rest):  # `or more precisely 12.0`, `or more likely 13`: the value after it
+        rest = rest[reworded.end() :]
+    rest = _ASSIGNED_START.sub(r"\1", rest, count=1)  # `\boxed{3} or $x = 4$`: another value for the variable
+    if (word := rest.lower()) in _NUMBER_WORDS:  # `\\boxed{5}, or maybe six`: judged as 5 or 6
+        return sentence[: m.end()] + " " + str(_NUMBER_WORDS[word])
+    if _is_choice(kept) and _is_choice(rest):  # `\\boxed{(C)} or possibly (D)` (a value and a choice: one answer)
+        return sentence[: m.end()] + " " + rest
+    if _LONE_VALUE.fullmatch(rest):
+        return sentence[: m.end()] + " " + rest if reworded else sentence
+    if _OPEN_ENDED.match(rest):
+        return sentence
+    # a value and words after it: another value when hedged or conditional (`, or perhaps 14 apples`, `(or 18 if we
+    # count the empty set)`), judged without the words; else the words restate it (`or 125 cents`, `or -5, which
+    # is rejected`)
+    value = _LONE_VALUE.match(rest)
+    word = _WORD_AFTER_VALUE.match(rest, value.end()) if value else None
+    # (not "or else" and a clause: "otherwise", a reason: `\\boxed{5}, or else $2$ of the points would coincide`)
+    hedged = hedged and not hedged.group().lower().startswith("else")
+    if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS):
+        return sentence[: m.end()] + " " + value.group().strip()
+    return ""
+
+
+def _hedge_before(text: str, start: int, end: int) -> str:
+    """A value and "or" right before the box run from `start` to `end`, in its paragraph (`The answer is 4 or
+    \\boxed{5}`, `x = 4 or x = \\boxed{5}`: a hedge, judged as a whole), unless the text after the box rejects that
+    value (`_rejected`), else ""."""
+    # its paragraph, not its line: a line break is no sentence's end (`4 or` then `$\\boxed{5}$` below was right for 5)
+    line = _PARAGRAPH_BREAK.split(text[max(0, start - MAX_ANSWER_CHARS) : start])[-1]
+    m = _OR_BEFORE.search(line)
+    if m is None or _equation_before_or(line[: m.start()], m.group("value")):
+        return ""
+    # ", or" restates a result or a conversion (`\\$2.50, or \\boxed{250} cents`, `40% of 30, or \\boxed{12}`,
+    # `$\\binom{4}{2}$, or $\\boxed{6}$`); after a lone value it offers another (`The answer is 4, or \\boxed{5}`;
+    # `$12\\%$, or $\\boxed{0.12}$` is one value written twice), as "or" alone does, or ", or maybe"
+    before, value = line[: m.start()], m.group("value")
+    if value.lower() == "one" and _PRONOUN_BEFORE.search(before):  # `the positive one, or \\boxed{3}`: no number
+        return ""
+    if _COMMA_OR.search(m.group()) and not m.group("hedged") and not _offered(before, value):
+        return ""
+    if not m.group("hedged") and _CUT_DECIMAL.search(value):  # `0.333... or \\boxed{\\frac{1}{3}}`: an approximation
+        return ""
+    kept = _boxed_contents(text[start:end])[-1]
+    if _rejected(text[end : end + MAX_ANSWER_CHARS], value, kept):
+        return ""
+    # a value and an AMC choice letter name one answer twice (`$12$, or $\\boxed{(C)}$`, `(C), or $\\boxed{12}$`)
+    if _is_choice(value) != _is_choice(kept):
+        return ""
+    if (word := value.lower()) in _NUMBER_WORDS:  # `four or \\boxed{5}`: the hedge judged as 4 or 5
+        return str(_NUMBER_WORDS[word]) + line[m.end("value") :]
+    return line[m.start() :]
+
+
+_PRONOUN_BEFORE = re.compile(r"(?<![A-Za-z])(?:the(?:\s+[A-Za-z]+)?|this|that|which|each|every|any)\s+$", re.I)
+_CUT_DECIMAL = re.compile(r"\d\.\.\.+[\s,$]*$")  # a decimal cut with "...": an approximation, no value offered
+
+
+def _is_choice(value: str) -> bool:
+    """Whether a raw value is an AMC choice letter alone (`(C)`, `\\textbf{(C)}`, `C`), no value with it."""
+    return _GOLD_CHOICE.fullmatch(clean_answer(value)) is not None
+
+
+def _offered(before: str, value: str) -> bool:
+    """Whether the value before a box's ", or" is one offered for the answer: assigned to a variable (`x = -3, or
+    x = \\boxed{5}`), or a lone value (`4`, `$\\frac{1}{3}$`, `$12\\%$`, `(B)`, `four`) that is no operand (`40% of
+    30`, `10 - 3`, `1:3`) nor a sum of money (`\\$2.50`)."""
+    if _assigned(before, value):
+        return True
+    value = value[1:-1] if value.startswith("$") else value
+    if _CUT_DECIMAL.search(value):  # a decimal cut with "..." (`0.333..., or \\boxed{\\frac{1}{3}}`)
+        return False
+    if "." in value and _ABOUT_END.search(before):  # a decimal rounded (`about 0.33, or \\boxed{\\frac{1}{3}}`)
+        return False
+    lone = _LONE_OFFER.fullmatch(value) is not None
+    return lone and _OPERAND_END.search(before) is None
+
+
+# after the box, in its paragraph, the value offered before the "or" rejected, so the box is the one answer (`$x=-2$
+# or $x=\boxed{3}$; only the positive root is valid` was a hedge, wrong for 3): by sign (`only the positive root`),
+# the kept box of that sign and the other not; or named with a rejecting word (`but $x = -2$ is extraneous`). Not
+# `; only one root is valid`, `; both are valid`, nor `only the positive root` where both are positive. A sign kept
+# (`only the positive root`, `we take the positive root`, `since $n$ must be positive`) or rejected (`the negative
+# root is extraneous`, `we discard the negative solution`); a named value that fails (`does not satisfy`, `is not in
+# the domain`, `is excluded`).
+_ROOT = r"\s+(?:root|solution|value|answer|one)"
+_KEPT_SIGN = re.compile(
+    rf"(?:only\s+the|(?:take|keep|choose|use)\s+the)\s+(positive|negative){_ROOT}|\bmust\s+be\s+(positive|negative)",
+    re.IGNORECASE,
+)
+_REJECTED_SIGN = re.compile(
+    rf"(?:discard|reject|exclude)\s+the\s+(positive|negative){_ROOT}"
+    rf"|\bthe\s+(positive|negative){_ROOT}\s+(?:is|are)\s+(?:extraneous|rejected|invalid|discarded|not\s+valid)",
+    re.IGNORECASE,
+)
+_REJECTING = re.compile(
+    r"\b(?:(?:is|are)\s+(?:extraneous|rejected|invalid|discarded|excluded|impossible"
+    r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))"
+    r"|reject|discard|(?:does\s+not|doesn't|do\s+not|don't)\s+(?:satisfy|work))",
+    re.IGNORECASE,
+)
+
+
+def _rejected(after: str, other: str, kept: str) -> bool:
+    """Whether `after`, the text after a box that holds `kept`, rejects `other`, the value before the box's "or"."""
+    after = _PARAGRAPH_BREAK.split(after, maxsplit=1)[0]
+    kept_sign, rejected_sign = _KEPT_SIGN.search(after), _REJECTED_SIGN.search(after)
+    if kept_sign or rejected_sign:
+        sign = next(g for g in (kept_sign or rejected_sign).groups() if g).lower()
+        negative = (sign == "negative") == bool(kept_sign)  # the sign kept
+        return _negative(kept) == negative and _negative(other) != negative
+    number = re.sub(r"[$\s]", "", other).rsplit("=", 1)[-1]
+    named = re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", re.sub(r"\s", "", after))
+    if re.search(r"\bneither\b", after, re.IGNORECASE):  # `neither $-2$ nor $3$ is extraneous`: none rejected
+        return False
+    return bool(number) and named is not None and _REJECTING.search(after) is not None
+
+
+def _negative(value: str) -> bool:
+    """Whether a raw value (`$x = -2$`, `-\\frac{1}{2}`) is negative: its right side opens with a minus sign."""
+    return _DELIMITERS.sub("", value).rsplit("=", 1)[-1].strip().startswith("-")
+
+
+def _assigned(before: str, value: str) -> bool:
+    """Whether the value before a box's "or" is assigned to a variable (`x = -3, or x = \\boxed{5}`, `$x = -3$`): one
+    of two values offered for it."""
+    if value.startswith("$"):
+        return _OR_ASSIGNED.fullmatch(value[1:-1]) is not None
+    return _OR_ASSIGNED_END.search(before) is not None
+
+
+def _equation_before_or(before: str, value: str) -> bool:
+    """Whether the value before a box's "or" is an equation or inequality, not a value offered (`$2x = 10$, or $x =
+    \\boxed{5}$`, `n - 3 = 4, or n = \\boxed{7}`: the "or" restates it solved, as MATH's solutions write); `x = 4 or
+    x = \\boxed{5}` offers 4."""
+    if value.startswith("$"):
+        return _OR_RELATION_IN.search(value) is not None and _OR_ASSIGNED.fullmatch(value[1:-1]) is None
+    return _OR_RELATION_END.search(before) is not None and _OR_ASSIGNED_END.search(before) is None
+
+
+# a variable assigned at the start of what follows that "or" (`or $x = 4$`): the value after it is read
+_ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
+_WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
+_CONDITIONS = frozenset("if when whenever unless depending assuming provided".split())  # `or 14 if ...`
+# a word after "or" that offers another value, hedged; "or else" too (`$\boxed{12}$, or else 13` and `13, or else
+# \boxed{12}` were right for 12: "else" read as words restating it); not "or at least 12", which restates
+_HEDGING = r"(?:(?:maybe|perhaps|possibly|probably)(?:[\s,]+even)?|else)"  # `or maybe even 13` too
+_MAYBE = re.compile(rf"^{_HEDGING}\b[\s,]*", re.IGNORECASE)
+# "or", then "more" or "less" and an adverb (`or more precisely`, `or more simply, twelve`, `or more likely`), or a
+# bound (`or at least 7`, `or at most 7`: `\boxed{6}, or at least 7` was right for 6): no open range; a value after
+# it is read as one offered (the same value restated, or another)
+_REWORDED = re.compile(r"^(?:(?:more|less)\s+[A-Za-z]+ly|at\s+(?:least|most))\b[\s,]*", re.IGNORECASE)
+# an open range after the "or" (`\boxed{12} or more`, `or more than that`): no single value either
+_OPEN_ENDED = re.compile(r"(?:more|less|fewer|greater|higher|lower|larger|smaller|above|below)(?![A-Za-z])", re.I)
+# a number written as a word, up to ninety-nine (`four or \boxed{5}` was right for 5: no digit before the "or"; a
+# compound is one number: `twenty-one or \boxed{21}` was read 1 or 21)
+_NUMBER_WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen".split()
+    )
+}
+for _tens, _word in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2):
+    _NUMBER_WORDS[_word] = 10 * _tens
+    for _unit, _unit_word in enumerate("one two three four five six seven eight nine".split(), start=1):
+        _NUMBER_WORDS[f"{_word}-{_unit_word}"] = 10 * _tens + _unit
+_NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # a compound before its parts
+# a value (a number, or math holding a digit), then "or", right before a box: what `_hedge_before` reads
+# (a number, `\frac{1}{2}` or `\sqrt{2}` in display math, `$...$`; closing `\)` and spacing before the "or", a
+# hedging word after it: `\(4\) or \(\boxed{5}\)`, `4 \quad\text{or}\quad \boxed{5}`, `4, or maybe \boxed{5}`,
+# `4 (or \boxed{5})`); an AMC choice too (`either (B) or $\boxed{(C)}$` was right for C: no digit before the "or"),
+# and a number word (`_NUMBER_WORDS`); a math group opens at an unescaped `$` (`$\$2.50$` is a sum of money); a
+# number's `{,}` separators are its own (`\$1{,}200, or \boxed{1200}`: not 200)
+_OR_BEFORE = re.compile(
+    r"(?<![\w.])(?P<value>[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
+    rf"|(?<!\\)\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{_NUMBER_WORD})(?![A-Za-z]))"
+    r"(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
+    r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
+    rf"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>{_HEDGING}(?![A-Za-z])[\s,]*)?"
+    r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
+)
+# what `_equation_before_or` reads: a relation, and a value assigned to a variable (`x = 4`, not `2x = 10`)
+_OR_RELATION = r"(?:=|<|>|\u2264|\u2265|\u2260|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq)(?![A-Za-z]))"
+_OR_RELATION_IN = re.compile(_OR_RELATION)
+_OR_RELATION_END = re.compile(_OR_RELATION + r"\s*$")  # a number right after a relation: its right side
+_OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
+_OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
+
+
+_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
+_ABOUT_END = re.compile(r"(?<![A-Za-z])(?:about|roughly|around|nearly|almost)\s*\$?\s*$", re.I)  # a rounding
+# a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`, a number
+# word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
+_LONE_OFFER = re.compile(
+    r"\s*(?:[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{\d+\}\{\d+\}|\\sqrt\{\d+\})\s*(?:\\?%)?"
+    rf"|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{_NUMBER_WORD}))\s*"
+)
+# what makes the value after it an operand of the boxed result (`40% of 30`, `1 in 4`, `10 - 3`, `3 \times 4`, `1:3`,
+# `5 choose 2`, `twice 18`, `2023 mod 7`, `6 ... among 36`), a base (`in base 2`), a sign written out (`negative 3`),
+# an amount converted (`\$2.50`) or an approximation (`\approx 0.33, or \boxed{\frac{1}{3}}`)
+_OPERAND_END = re.compile(
+    r"(?:(?<![A-Za-z])(?:of|in|to|by|per|from|than|into|over|times|plus|minus|approximately|choose|twice|thrice"
+    r"|double|triple|among|base|b?mod|negative)|[-+*/^:\u2248]"
+    r"|\\(?:times|cdot|div|approx|\$))"
+    r"\s*\$?\s*$",
+    re.I,
+)
+
+
+_OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])")  # "or" as a word: 4 or 5, 4 \text{ or } 5 (not \operatorname)
+_MATH_GROUP = re.compile(r"\$\$?([^$]+)\$\$?")
+_BETWEEN_VALUES = re.compile(r"\s*(?:,|;|/|and|\\text\s*\{\s*and\s*\})?\s*")  # what may separate two values
+_MANY_VALUES = re.compile(r",|;|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|\\cup|\\pm|\\mp")  # a multi-valued truth
+
+
+def is_hedge(answer: str, ground_truth: str) -> bool:
+    """Whether the final `answer` offers several values where `ground_truth` is one value: a word "or" (`540 or
+    541`, `x = 4 \\text{ or } x = 5`), or two math groups holding different values with only a separator between
+    them (`$540$, $541$`, `$540$ and $541$`). A remark in math around one value (`$540$ (since $m = 37$)`) is none.
+
+    >>> is_hedge("$540$ or $541$", "540"), is_hedge("$540$ (since $m=37$)", "540"), is_hedge("4 or 5", "4, 5")
+    (True, False, False)
+    """
+    if _MANY_VALUES.search(clean_answer(ground_truth)):  # 1,000 is one value
+        return False
+    if _OR_WORD.search(answer) or len({clean_answer(b) for b in _boxed_contents(answer)}) >= 2:  # 4 or 5; [4] [5]
+        return True
+    if len({clean_answer(g) for g in _MATH_GROUP.findall(answer)}) < 2:
+        return False
+    between = _MATH_GROUP.sub("\0", answer).split("\0")[1:-1]
+    return all(_BETWEEN_VALUES.fullmatch(b) for b in between)
+
+
+_OR_PARTS = re.compile(
+    r"\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\}|(?<![A-Za-z\\])or(?![A-Za-z])"
+)  # between a hedge's values
+
+
+def values_offered(hedge: str) -> list[str]:
+    """The values a hedge (`is_hedge`) offers, raw (`_values_offered`), each without the parenthesis and end marks
+    its "or" left (`_unparenthesized`)."""
+    return [_unparenthesized(v) for v in _values_offered(hedge)]
+
+
+def _values_offered(hedge: str) -> list[str]:
+    """The values a hedge offers, raw: the parts around its word "or", else its boxes, else its math groups (none
+    when the text around those boxes or groups holds a digit: another value). A part's comma before ", or" is
+    no part of its value (`0.25, or \\boxed{\\frac{1}{4}}`)."""
+    if _OR_WORD.search(hedge):
+        return [_undelimited(part.strip().removesuffix(",")) for part in _OR_PARTS.split(hedge)]
+    boxes = _boxes(hedge)
+    if len(boxes) >= 2:
+        values, outside, pos = [c for _, c in boxes], [], 0
+        for j, c in boxes:
+            outside.append(hedge[pos : hedge.rfind("\\", pos, j)])
+            pos = j + len(c) + 2
+        outside.append(hedge[pos:])
+        outside = "".join(outside)
+    else:
+        values, outside = _MATH_GROUP.findall(hedge), _MATH_GROUP.sub(" ", hedge)
+    return [] if re.search(r"\d", outside) else values
+
+
+def _undelimited(part: str) -> str:
+    """A hedge's part without the math delimiter its "or" cut from its pair (`\\(4\\) or \\(\\boxed{5}\\)`)."""
+    part = part.strip()
+    for opening, closing in (("\\(", "\\)"), ("\\[", "\\]")):
+        if part.endswith(closing) and opening not in part:
+            part = part[: -len(closing)].strip()
+        if part.startswith(opening) and closing not in part:
+            part = part[len(opening) :].strip()
+    return part
+
+
+def _unparenthesized(value: str) -> str:
+    """`value` without the unmatched parenthesis a hedge's "or" left at its end (`$\\frac{1}{2}$ (or $0.5$)`, and
+    the sentence's end marks after it: `(or $0.5$).`)."""
+    value = _END_MARKS.sub("", value.strip()).strip()
+    if value.endswith("(") and value.count("(") > value.count(")"):
+        return value[:-1]
+    if value.endswith(")") and value.count(")") > value.count("("):
+        return value[:-1]
+    return value

@@ -1,0 +1,91 @@
+"""How a model writes an answer around its value, shared by `rewards.math` (which answer is judged, and whether it
+equals the truth) and `rewards.hedges` (whether it commits to one value): the boxes of a text (`_boxes`), the
+presentation stripped before any comparison (`clean_answer`), and the marks that end a sentence, a paragraph or an
+answer. Standard library only; it imports no other reward module but `notation`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rpgrl.rewards.notation import repeating_to_fraction, unicode_to_latex
+
+MAX_ANSWER_CHARS = 300  # longer final answers are judged wrong (MATH's longest answer has 159 characters)
+MAX_NESTING = 12  # deeper {([ nesting is judged wrong (the ANTLR parser recurses)
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+_MODULUS = re.compile(r"\\pmod\s*\{[^{}]*\}|\(\s*(?:\\?mod|\\bmod)\s*[^()]*\)")
+_DELIMITERS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
+# between digit groups: 1,000  1{,}000  1\text{,}000  1\,000  1\!000  1\ 000  1~000
+_SEPARATOR = r"(?:,|\{,\}|\\text\{,\}|\\,|\\!|\\ |~)"
+_THOUSANDS = re.compile(rf"(?<=\d){_SEPARATOR}(?=\d{{3}}(?!\d))")
+# a number written with thousands separators, alone or assigned (x = 1,000): elsewhere a comma separates elements
+_GROUPED_NUMBER = re.compile(rf"(?:[A-Za-z]\w*\s*=\s*)?-?\d{{1,3}}(?:{_SEPARATOR}\d{{3}})+(?:\.\d+)?")
+_MARKDOWN = re.compile(r"\*\*|__|`")
+_TEXT_LABEL = re.compile(r"^\s*\\(?:text|textbf|mathrm)\s*\{[^{}]*answer(?:\s*:|\s+is)?\s*\}\s*:?\s*", re.IGNORECASE)
+
+# the marks of a text's structure
+_SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")  # a period before the next sentence (not 3.5, not \frac{1}{2}.)
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+# marks that may end an answer: a period, a semicolon, a line break `\\`, a check mark, an end-of-proof sign
+_END_MARKS = re.compile(r"(?:\s*(?:[.;:!]|\\\\|\u2713|\u2714|\\checkmark|\\blacksquare|\\square|\\qed|\\Box))+$")
+# a ground truth that is a choice letter: C, (C), \text{(C)}, \textbf{(C)}
+_GOLD_CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?(\(\s*)?([A-E])(?(1)\s*\))\s*\}?")
+
+
+def _boxes(text: str) -> list[tuple[int, str]]:
+    """(position of its opening brace, contents) of every complete `\\boxed{...}` / `\\fbox{...}` in `text` that
+    lies in no other box (braces balanced), left to right; a box inside a box is part of its contents. One pass
+    over the braces, and the contents copied once (linear: a response full of unclosed or nested boxes must not
+    cost quadratic time or memory)."""
+    box_opens = {m.end() - 1 for m in _BOXED.finditer(text)}  # positions of the "{" that open a box
+    if not box_opens:
+        return []
+    stack, spans = [], []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            j = stack.pop()
+            if j in box_opens:
+                while spans and spans[-1][0] > j:  # boxes closed inside this one
+                    spans.pop()
+                spans.append((j, m.start()))
+    return [(j, text[j + 1 : end]) for j, end in spans]
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every complete `\\boxed{...}` / `\\fbox{...}` in `text`, left to right (`_boxes`)."""
+    return [content for _, content in _boxes(text)]
+
+
+def clean_answer(answer: str) -> str:
+    """Presentation stripped before the equivalence check: boxes (contents kept, several distinct ones joined by
+    ", "), math delimiters and a currency `\\$`, markdown emphasis, trailing periods, a trailing percent sign, a
+    trailing degree sign (`°`, `\\degree`), a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)`
+    read as 42), and thousands separators in a number (`1,000`, `x = 1\\,000`; not between elements: `\\{100,200\\}`
+    stays a set).
+
+    >>> clean_answer("The answer is $\\\\boxed{1\\\\,000}$.")
+    '1000'
+    >>> clean_answer("**-3.5%**")
+    '-3.5'
+    """
+    s = answer
+    for _ in range(MAX_NESTING if len(answer) <= 4 * MAX_ANSWER_CHARS else 1):  # \boxed{\boxed{5}}: contents
+        boxed = _boxed_contents(s)
+        if not boxed:
+            break
+        s = ", ".join(dict.fromkeys(boxed))  # a value boxed twice is one value: \boxed{12} ... \boxed{12}
+    s = _TEXT_LABEL.sub("", s)  # \boxed{\text{Final Answer: } 540}: the label is no part of the answer
+    if len(s) <= MAX_ANSWER_CHARS:  # (a longer answer is judged wrong; `rpgrl eval`'s vote still groups it)
+        s = repeating_to_fraction(unicode_to_latex(s))
+    s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
+    s = s.rstrip(".").strip()
+    s = re.sub(r"\\?%$", "", s).strip()
+    s = re.sub(r"(?<=\d)\s*(?:\u00b0|\\degree)$", "", s)  # 336°, 336\degree (^\circ is the authors' to remove)
+    s = _MODULUS.sub("", s.split("\\equiv")[-1]).strip()  # N \equiv 42 \pmod{1000}, 42 (mod 1000): AIME's remainders
+    if _GROUPED_NUMBER.fullmatch(s):  # not in {100,200}, [0,100] or (1,500): there a comma separates elements
+        s = _THOUSANDS.sub("", s)
+    return s
