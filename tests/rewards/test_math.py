@@ -771,6 +771,19 @@ EQUIV_TABLE = [
     ("$x=-2$ or $x=\\boxed{3}$, but $x = 3$ does not satisfy it.", "3", False),  # the box's value fails
     ("$x=-2$ or $x=\\boxed{3}$; the positive root is extraneous.", "3", False),  # the box's sign rejected
     ("$x=-2$ or $x=\\boxed{3}$; neither $-2$ nor $3$ is extraneous.", "3", False),  # neither rejected
+    # ... or a reason and the box's value stated after the box, in its paragraph (`Since $x$ is a length, $x = 3$`: was
+    # a hedge, wrong for 3): the response commits to the box
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$.", "3", True),
+    ("$x = -2$ or $x = \\boxed{3}$. Because $x$ is positive, we get $x = 3$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. As lengths are positive, $x=3$", "3", True),
+    ("$x=2$ or $x=\\boxed{3}$, and since $x$ must be an odd integer, $x = 3$.", "3", True),
+    ("$x=-2.5$ or $x=\\boxed{3.5}$. Since $x$ is a distance, $x = 3.5$.", "3.5", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$.", "-2", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = -2$.", "3", False),  # the other value stated
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$ or $x = -2$.", "3", False),  # both again
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3.5$.", "3", False),  # another value
+    ("$x=-2$ or $x=\\boxed{3}$. Then $x = 3$.", "3", False),  # no reason
+    ("$x=-2$ or $x=\\boxed{3}$.\n\nSince $x$ is a length, $x = 3$.", "3", False),  # another paragraph, as above
     # "squared" and a unit after the number is the unit, read "square units" (was wrong: read as the number squared)
     ("\\boxed{25 \\text{ squared units}}", "25", True),
     ("The area is $\\boxed{9\\text{ squared centimeters}}$.", "9", True),

@@ -206,10 +206,30 @@ _REJECTING = re.compile(
     re.IGNORECASE,
 )
 
+# a reason, then the value kept stated (`Since $x$ is a length, $x = 3$`, `because $x$ is positive, we get $x = 3$`,
+# `as lengths are positive, $x=3$`): "since", "because" or "as", a property the answer must have (a measure, a
+# sign, an integer), a comma, and `<variable> = <value>` ending its clause; the value is read up to a space, a
+# comma, a semicolon or a period that ends the sentence (`x = 3.5.`), and no other after it (`x = 3 or x = -2`)
+_PROPERTY = (
+    r"(?:length|distance|side|radius|diameter|width|height|area|perimeter|volume|time|age|speed|count|positive"
+    r"|non-?negative|integer|whole\s+number|natural\s+number|digit|probability)s?"
+)
+_REASON_KEPT = re.compile(
+    r"(?<![A-Za-z])(?:since|because|as)\s+[^.;\n]{0,80}?(?<![A-Za-z])(?:is|are|must\s+be|has\s+to\s+be|represents"
+    rf"|denotes)\s+(?:(?:a|an|the)\s+)?(?:[A-Za-z-]+\s+){{0,2}}?{_PROPERTY}(?![A-Za-z])[^.;\n]{{0,60}}?,\s*"
+    r"(?:(?:so|then|thus|hence|therefore|we\s+(?:get|have|take|keep))\s+)?"
+    r"\$?\s*[A-Za-z]\w{0,3}\s*=\s*(?P<value>[^$\s,;]+?)\s*\$?(?=[.;,]?(?:\s|$))(?![.;,]?\s*(?:or|and)(?![A-Za-z]))",
+    re.IGNORECASE,
+)
+
 
 def _rejected(after: str, other: str, kept: str) -> bool:
-    """Whether `after`, the text after a box that holds `kept`, rejects `other`, the value before the box's "or"."""
+    """Whether `after`, the text after a box that holds `kept`, rejects `other`, the value before the box's "or":
+    by a sign or by name (`_KEPT_SIGN`, `_REJECTED_SIGN`, `_REJECTING`), or by a reason that states `kept` alone
+    (`_REASON_KEPT`)."""
     after = _PARAGRAPH_BREAK.split(after, maxsplit=1)[0]
+    if _kept_for_reason(after, other, kept):
+        return True
     kept_sign, rejected_sign = _KEPT_SIGN.search(after), _REJECTED_SIGN.search(after)
     if kept_sign or rejected_sign:
         sign = next(g for g in (kept_sign or rejected_sign).groups() if g).lower()
@@ -220,6 +240,16 @@ def _rejected(after: str, other: str, kept: str) -> bool:
     if re.search(r"\bneither\b", after, re.IGNORECASE):  # `neither $-2$ nor $3$ is extraneous`: none rejected
         return False
     return bool(number) and named is not None and _REJECTING.search(after) is not None
+
+
+def _kept_for_reason(after: str, other: str, kept: str) -> bool:
+    """Whether the paragraph `after` a box holding `kept` gives a reason and then states `kept`, not `other`, as the
+    variable's value (`_REASON_KEPT`)."""
+    m = _REASON_KEPT.search(after)
+    if m is None:
+        return False
+    stated, kept, other = (re.sub(r"[$\s]", "", v).rsplit("=", 1)[-1] for v in (m.group("value"), kept, other))
+    return stated == kept != other
 
 
 def _negative(value: str) -> bool:
