@@ -784,6 +784,14 @@ EQUIV_TABLE = [
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3.5$.", "3", False),  # another value
     ("$x=-2$ or $x=\\boxed{3}$. Then $x = 3$.", "3", False),  # no reason
     ("$x=-2$ or $x=\\boxed{3}$.\n\nSince $x$ is a length, $x = 3$.", "3", False),  # another paragraph, as above
+    # ... and so with the box first and the other value after its "or" (was a hedge, wrong for 3)
+    ("$x = \\boxed{3}$ or $x = -2$. Since $x$ is a length, $x = 3$.", "3", True),
+    ("$x = \\boxed{3}$ or $x = -2$. Only the positive root is valid.", "3", True),
+    ("So $\\boxed{3}$ or $-2$. But $-2$ does not satisfy the original equation.", "3", True),
+    ("$x = \\boxed{3}$ or $x = -2$. Since $x$ is a length, $x = -2$.", "3", False),
+    ("$x = \\boxed{3}$ or $x = -2$. Only the negative root is valid.", "3", False),  # the box's sign rejected
+    ("$x = \\boxed{3}$ or $x = 2$. Only the positive root is valid.", "3", False),  # both positive
+    ("$x = \\boxed{3}$ or $x = -2$.\n\nOnly the positive root is valid.", "3", False),  # another paragraph
     # "squared" and a unit after the number is the unit, read "square units" (was wrong: read as the number squared)
     ("\\boxed{25 \\text{ squared units}}", "25", True),
     ("The area is $\\boxed{9\\text{ squared centimeters}}$.", "9", True),

@@ -96,8 +96,9 @@ _LONE_VALUE = re.compile(
 def _hedge_after(text: str, end: int, kept: str = "") -> str:
     """The rest of the sentence after a final box ending at `end` when it offers another value, "or" and then a
     digit (`\\boxed{12} or 13.`, `\\boxed{12}, \\boxed{12.0}, or 13`: a hedge, judged as a whole), a number word
-    (`or maybe six`) or, after a choice `kept` in the box, another choice (`or (D)`), else "". Reads
-    at most MAX_ANSWER_CHARS characters of the box's line (a longer answer is judged wrong anyway)."""
+    (`or maybe six`) or, after a choice `kept` in the box, another choice (`or (D)`), else "" (also when the text
+    after the sentence rejects a lone value offered: `_rejected`). Reads at most MAX_ANSWER_CHARS characters of the
+    box's line (a longer answer is judged wrong anyway)."""
     line = text[end : end + MAX_ANSWER_CHARS].split("\n", 1)[0]
     m = _OR_AFTER.match(line)
     if m is None:
@@ -113,6 +114,8 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     if _is_choice(kept) and _is_choice(rest):  # `\\boxed{(C)} or possibly (D)` (a value and a choice: one answer)
         return sentence[: m.end()] + " " + rest
     if _LONE_VALUE.fullmatch(rest):
+        if _rejected(text[end + len(sentence) : end + MAX_ANSWER_CHARS], rest, kept):
+            return ""  # `\\boxed{3} or $x = -2$. Only the positive root is valid.`: the value rejected, as before a box
         return sentence[: m.end()] + " " + rest if reworded else sentence
     if _OPEN_ENDED.match(rest):
         return sentence
