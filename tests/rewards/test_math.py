@@ -724,6 +724,24 @@ EQUIV_TABLE = [
     ("$\\boxed{6}$, or at least 7", "6", False),
     ("The count is $\\boxed{6}$, or at most 5 if two coincide.", "6", False),
     ("The count is $\\boxed{6}$, or at least 6 with this method.", "6", True),  # the same value
+    # a dash before the "or" (an em dash, `---`, an en dash, `--`) sets it off as a comma does: after the box or
+    # before it, another value offered is a hedge (were right for the box: the dash hid the "or")
+    ("$\\boxed{5}$ \u2014 or maybe $6$.", "5", False),
+    ("The answer is \\boxed{3} --- or possibly 5.", "3", False),
+    ("The answer is \\boxed{3}\u2014or 5.", "3", False),
+    ("The answer is \\boxed{3} -- or 5.", "3", False),
+    ("The answer is \\boxed{3} \u2013 or 5.", "3", False),
+    ("\\boxed{12} \u2014 or more", "12", False),
+    ("\\boxed{4} \u2014 or \\boxed{5}", "5", False),
+    ("The answer is 4\u2014or $\\boxed{5}$.", "5", False),
+    ("The answer is 4 --- or \\boxed{5}", "5", False),
+    ("The answer is 5 \u2014 or \\boxed{5}", "5", True),  # one value written twice
+    ("The cost is \\$2.50 \u2014 or \\boxed{250} cents.", "250", True),  # restated, as after ", or"
+    ("40\\% of 30 --- or \\boxed{12}", "12", True),  # an operand, as after ", or"
+    ("$x = -2$ \u2014 or $x = \\boxed{3}$; the negative root is extraneous.", "3", True),  # rejected
+    ("\\boxed{5} \u2014 or so we hope.", "5", True),  # no value after the "or"
+    ("\\boxed{3} \u2014 the number of ways.", "3", True),  # no "or"
+    ("The answer is \\boxed{3}; 4--5 or more would overcount.", "3", True),  # the "or" not after the box
     # a number word and "or" before the box: a hedge, judged as its number (was right for 5: no digit before "or")
     ("four or \\boxed{5}", "5", False),
     ("The answer is either Four or $\\boxed{5}$.", "5", False),
@@ -1098,8 +1116,10 @@ def test_remarks_hedges_and_units_take_linear_time(text):
 
 
 @pytest.mark.parametrize(
-    "tail", [" " * 40_000, "1" * 40_000, "or " * 13_000, ", or" * 10_000, "\\boxed{1}, or " * 3_000, "$" * 40_000]
-)
+    "tail",
+    [" " * 40_000, "1" * 40_000, "or " * 13_000, ", or" * 10_000, "\\boxed{1}, or " * 3_000, "$" * 40_000,
+     "-" * 40_000, "\u2014 or " * 8_000, "\\boxed{1} --- or " * 2_500],
+)  # fmt: skip
 def test_a_hedge_after_the_last_box_is_found_in_linear_time(tail):
     """What follows the last box is read for a hedge (`\\boxed{12} or 13`): 40 KB after it, around it, in a unit."""
     for response in ("\\boxed{5}" + tail, "\\boxed{5}" + tail + " or 1", "\\boxed{5}, \\boxed{5}, or " + tail,

@@ -26,10 +26,14 @@ from rpgrl.rewards.presentation import (
     clean_answer,
 )
 
+# a dash that sets off an "or" as a comma does (`\boxed{3} — or 5`, `4 --- or \boxed{5}`): an em dash, an en dash,
+# `--` or `---` (one run: no quantifier around it, so no backtracking over a long run of hyphens)
+_DASH = r"(?:--+|\u2013|\u2014)"
 # what may separate the boxes of one answer: `\boxed{2}$ and $\boxed{3}`, `\boxed{4}, \boxed{5}`, `, and`,
-# `\boxed{4} (or \boxed{5})`
+# `\boxed{4} (or \boxed{5})`, `\boxed{4} — or \boxed{5}`
 _BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \boxed{5}$`)
-    r"(?:\s|\$|\\[(),;]|\\q?quad)*(?:;|,?\s*(?:and|or)|,|\\text\s*\{\s*(?:and|or)\s*\}|\(\s*(?:and|or))?"
+    rf"(?:\s|\$|\\[(),;]|\\q?quad)*(?:;|(?:,|{_DASH})?\s*(?:and|or)|,"
+    r"|\\text\s*\{\s*(?:and|or)\s*\}|\(\s*(?:and|or))?"
     r"(?:\s|\$|\\[(),;]|\\q?quad)*"
     r"(?:[A-Za-z]\w{0,3}\s*=\s*)?"
 )
@@ -82,9 +86,11 @@ def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
     return len(paragraphs) >= 2 and not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
 
 
-# the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis):
-# `\boxed{12} or 13`, `$\boxed{12}$, or $13$`, `\boxed{12} (or 13)`, `\boxed{12} \text{ or } 13`
-_OR_AFTER = re.compile(r"(?:\s|\$|\\[)\] ]|\\q?quad|[,;(])*(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{\s*or\s*\})")
+# the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis, a dash):
+# `\boxed{12} or 13`, `$\boxed{12}$, or $13$`, `\boxed{12} (or 13)`, `\boxed{12} \text{ or } 13`, `\boxed{12} — or 13`
+_OR_AFTER = re.compile(
+    rf"(?:\s|\$|\\[)\] ]|\\q?quad|[,;(])*(?:{_DASH}\s*)?(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{{\s*or\s*\}})"
+)
 # what may follow that "or" for a second value: a lone number or plain math, no words (`or approximately 2.83`,
 # `or equivalently 2^2 \cdot 3`, `or 50\%` restate the answer in other terms; `or 13` offers another)
 _LONE_VALUE = re.compile(
@@ -314,7 +320,7 @@ _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # a compo
 _OR_BEFORE = re.compile(
     r"(?<![\w.])(?P<value>[-+]?(?:\d(?:[\d.,/]|\{,\}(?=\d))*|\\[dt]?frac\{[^{}]*\d[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\d[^{}]*\})"
     rf"|(?<!\\)\$[^$\n]*\d[^$\n]*\$|(?:\\textbf\s*\{{\s*)?\(\s*[A-E]\s*\)\}}?|(?i:{_NUMBER_WORD})(?![A-Za-z]))"
-    r"(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\()?\s*"
+    rf"(?:\s|\$|\\[)\] ]|\\q?quad|~)*(?:,|\(|{_DASH})?\s*"
     r"(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\(?:text|textrm|mbox|mathrm)\s*\{\s*or\s*\})"
     rf"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?P<hedged>{_HEDGING}(?![A-Za-z])[\s,]*)?"
     r"(?:\s|\$|\\[(\[ ]|\\q?quad|~)*(?:[A-Za-z]\w{0,3}\s*=\s*)?\$?\s*$"
@@ -327,7 +333,8 @@ _OR_ASSIGNED = re.compile(rf"\s*[A-Za-z]\w{{0,3}}\s*=(?:(?!{_OR_RELATION}).)*")
 _OR_ASSIGNED_END = re.compile(r"(?<![\w^}])[A-Za-z]\w{0,3}\s*=\s*$")
 
 
-_COMMA_OR = re.compile(r",[\s$]*(?:or|\\text)")  # ", or": what comes after may restate what comes before
+# ", or" (or a dash and "or"): what comes after may restate what comes before
+_COMMA_OR = re.compile(rf"(?:,|{_DASH})[\s$]*(?:or|\\text)")
 _ABOUT_END = re.compile(r"(?<![A-Za-z])(?:about|roughly|around|nearly|almost)\s*\$?\s*$", re.I)  # a rounding
 # a value offered alone (a number, a fraction, a root, a percent, an AMC choice: `(B), or \boxed{(C)}`, a number
 # word: `four, or \boxed{5}`), not math around one (`2^{10}`, `\binom{4}{2}`)
@@ -384,10 +391,10 @@ def values_offered(hedge: str) -> list[str]:
 
 def _values_offered(hedge: str) -> list[str]:
     """The values a hedge offers, raw: the parts around its word "or", else its boxes, else its math groups (none
-    when the text around those boxes or groups holds a digit: another value). A part's comma before ", or" is
-    no part of its value (`0.25, or \\boxed{\\frac{1}{4}}`)."""
+    when the text around those boxes or groups holds a digit: another value). A part's comma or dash before its
+    "or" is no part of its value (`0.25, or \\boxed{\\frac{1}{4}}`, `5 — or \\boxed{5}`)."""
     if _OR_WORD.search(hedge):
-        return [_undelimited(part.strip().removesuffix(",")) for part in _OR_PARTS.split(hedge)]
+        return [_undelimited(_without_separator(part)) for part in _OR_PARTS.split(hedge)]
     boxes = _boxes(hedge)
     if len(boxes) >= 2:
         values, outside, pos = [c for _, c in boxes], [], 0
@@ -399,6 +406,14 @@ def _values_offered(hedge: str) -> list[str]:
     else:
         values, outside = _MATH_GROUP.findall(hedge), _MATH_GROUP.sub(" ", hedge)
     return [] if re.search(r"\d", outside) else values
+
+
+def _without_separator(part: str) -> str:
+    """A hedge's part without the comma or the dash (`_DASH`) that sets off the "or" after it."""
+    part = part.strip()
+    if part.endswith(("\u2013", "\u2014", "--")):
+        return part.rstrip("-\u2013\u2014")
+    return part.removesuffix(",")
 
 
 def _undelimited(part: str) -> str:
