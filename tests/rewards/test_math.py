@@ -873,6 +873,18 @@ EQUIV_TABLE = [
     ("So $\\boxed{4}$.\n\nOr, actually, each pair counts twice, so $\\boxed{8}$.", "8", True),
     ("So $\\boxed{4}$.\n\nOr, if we count both orders, $\\boxed{8}$.", "8", False),
     ("First $\\boxed{2}$ pairs.\n\nThen we double.\n\nAlternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
+    # ... and so in one paragraph: a sentence "Alternatively, ..." or "Or ..." right after the sentence of an earlier
+    # box, and ending in the last box (was right for 8: the last box read alone, where two paragraphs were a hedge)
+    ("So $\\boxed{4}$. Alternatively, if we count both orders, $\\boxed{8}$.", "4", False),
+    ("So $\\boxed{4}$. Alternatively, if we count both orders, $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$. Or, if we count both orders, it is $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$ pairs. Alternatively, with orders: each pair twice. That gives $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$. Alternatively, counting the complement also gives $\\boxed{4}$.", "4", True),  # one value
+    ("So $\\boxed{\\frac{3}{4}}$. Alternatively, $1 - \\frac14 = \\boxed{0.75}$.", "\\frac34", True),
+    ("So $\\boxed{4}$. Or wait, I double counted the empty case: $\\boxed{3}$.", "3", True),  # a correction
+    ("So $\\boxed{4}$. Wait, each pair counts twice, so $\\boxed{8}$.", "8", True),
+    ("First $\\boxed{2}$ pairs. Then we double. Alternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
+    ("So $\\boxed{4}$. Alternatively, if we count both orders, it would be 8.", "4", True),  # no second box
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -73,17 +73,23 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
 # a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box
 # before it: another answer offered, not a correction (`... the answer is $\boxed{4}$.` then `Alternatively, if we
 # count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box), nor
-# "Or wait" / "Or, actually", a correction
+# "Or wait" / "Or, actually", a correction. In one paragraph the same, by sentences.
 _ALTERNATIVE = re.compile(
     r"[\s#>*_]*(?:alternatively|or)(?![A-Za-z])(?![\s,:\-\u2014]*(?:wait|actually|no)(?![A-Za-z]))", re.IGNORECASE
 )
 
 
 def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
-    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one."""
+    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one, or,
+    in the `previous` box's paragraph, an `_ALTERNATIVE` text that opens right after the `previous` box's sentence
+    (`\\boxed{4}. Alternatively, if we count both orders, \\boxed{8}.`: a hedge in one paragraph as in two)."""
     j, c = previous
-    paragraphs = _PARAGRAPH_BREAK.split(text[j + len(c) + 2 : text.rfind("\\", 0, last)])
-    return len(paragraphs) >= 2 and not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
+    between = text[j + len(c) + 2 : text.rfind("\\", 0, last)]
+    paragraphs = _PARAGRAPH_BREAK.split(between)
+    if len(paragraphs) >= 2:
+        return not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
+    sentences = _SENTENCE_END.split(between, maxsplit=1)
+    return len(sentences) == 2 and bool(_ALTERNATIVE.match(sentences[1]))
 
 
 # the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis, a dash):
