@@ -885,6 +885,11 @@ EQUIV_TABLE = [
     ("So $\\boxed{4}$. Wait, each pair counts twice, so $\\boxed{8}$.", "8", True),
     ("First $\\boxed{2}$ pairs. Then we double. Alternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
     ("So $\\boxed{4}$. Alternatively, if we count both orders, it would be 8.", "4", True),  # no second box
+    # ... and an "Alternatively, ...:" paragraph ending in a colon goes on in the paragraph below it (was right for 8)
+    ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\nthere are $2$ orders each, so $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\n$$\\boxed{8}$$", "8", False),
+    ("So $\\boxed{4}$.\n\nWe check again:\n\neach pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
+    ("So $\\boxed{4}$.\n\nAlternatively, if order matters.\n\nThen we double: $\\boxed{8}$.", "8", True),  # no colon
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -80,13 +80,17 @@ _ALTERNATIVE = re.compile(
 
 
 def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
-    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one, or,
-    in the `previous` box's paragraph, an `_ALTERNATIVE` text that opens right after the `previous` box's sentence
-    (`\\boxed{4}. Alternatively, if we count both orders, \\boxed{8}.`: a hedge in one paragraph as in two)."""
+    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one (or
+    the paragraph below one that ends in a colon: `Alternatively, if order matters:`), or, in the `previous` box's
+    paragraph, an `_ALTERNATIVE` text that opens right after the `previous` box's sentence (`\\boxed{4}.
+    Alternatively, if we count both orders, \\boxed{8}.`: a hedge in one paragraph as in two)."""
     j, c = previous
     between = text[j + len(c) + 2 : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     if len(paragraphs) >= 2:
+        filled = [q for q in paragraphs[1:] if q.strip()]
+        if len(filled) == 2 and filled[0].rstrip().endswith(":"):  # `Alternatively, if order matters:` goes on below
+            return bool(_ALTERNATIVE.match(filled[0]))
         return not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
     sentences = _SENTENCE_END.split(between, maxsplit=1)
     return len(sentences) == 2 and bool(_ALTERNATIVE.match(sentences[1]))
