@@ -890,6 +890,12 @@ EQUIV_TABLE = [
     ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\n$$\\boxed{8}$$", "8", False),
     ("So $\\boxed{4}$.\n\nWe check again:\n\neach pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
     ("So $\\boxed{4}$.\n\nAlternatively, if order matters.\n\nThen we double: $\\boxed{8}$.", "8", True),  # no colon
+    # ... and after an answer line as after a box (was right for 8: a box after the line read as a correction)
+    ("Answer: 4\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "8", False),
+    ("Answer: 4\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "4", False),
+    ("Answer: 4\n\nAlternatively, counting the complement also gives $\\boxed{4}$.", "4", True),  # one value
+    ("Answer: 4\n\nOr wait, each pair counts twice: $\\boxed{8}$.", "8", True),  # a correction
+    ("Answer: 4\n\nWe double check: $\\boxed{8}$.", "8", True),
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

@@ -53,7 +53,8 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
             break
         first -= 1
-    alternative = first == len(boxes) - 1 and first > 0 and _alternative(text, boxes[first - 1], boxes[first][0])
+    previous_end = boxes[first - 1][0] + len(boxes[first - 1][1]) + 2 if first > 0 else 0
+    alternative = first == len(boxes) - 1 and first > 0 and _alternative(text, previous_end, boxes[first][0])
     if alternative:
         first -= 1  # `\\boxed{4}.` then a paragraph `Alternatively, ... \\boxed{8}`: two answers offered, a hedge
     j, c = boxes[-1]
@@ -79,13 +80,28 @@ _ALTERNATIVE = re.compile(
 )
 
 
-def _alternative(text: str, previous: tuple[int, str], last: int) -> bool:
-    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the `previous` box's one (or
-    the paragraph below one that ends in a colon: `Alternatively, if order matters:`), or, in the `previous` box's
-    paragraph, an `_ALTERNATIVE` text that opens right after the `previous` box's sentence (`\\boxed{4}.
+def alternative_to_label(text: str, label: tuple[str, int], boxes: list[tuple[int, str]]) -> str | None:
+    """`<the label's answer> or <the last box>` when the last box, the only one after an answer label's answer
+    (`label`: its content and where it ends), ends an `_ALTERNATIVE` paragraph right after the label's (`Answer: 4`
+    then `Alternatively, if we count both orders, \\boxed{8}.`: a hedge, as after a box), else None."""
+    content, end = label
+    j, c = boxes[-1]
+    if j < end or (len(boxes) >= 2 and boxes[-2][0] >= end) or not _alternative(text, end, j):
+        return None
+    return (
+        content.rstrip()
+        + " or "
+        + text[text.rfind("\\", 0, j) : j + len(c) + 2]
+        + _hedge_after(text, j + len(c) + 2, c)
+    )
+
+
+def _alternative(text: str, after: int, last: int) -> bool:
+    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the paragraph of the answer
+    ending at `after` (or the paragraph below one that ends in a colon: `Alternatively, if order matters:`), or, in
+    that answer's paragraph, an `_ALTERNATIVE` text that opens right after its sentence (`\\boxed{4}.
     Alternatively, if we count both orders, \\boxed{8}.`: a hedge in one paragraph as in two)."""
-    j, c = previous
-    between = text[j + len(c) + 2 : text.rfind("\\", 0, last)]
+    between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     if len(paragraphs) >= 2:
         filled = [q for q in paragraphs[1:] if q.strip()]

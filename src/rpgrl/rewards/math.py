@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
-from rpgrl.rewards.hedges import box_run, is_hedge, values_offered
+from rpgrl.rewards.hedges import alternative_to_label, box_run, is_hedge, values_offered
 from rpgrl.rewards.notation import bracket_end
 from rpgrl.rewards.presentation import (
     _DELIMITERS,
@@ -187,7 +187,8 @@ def extract_final_answer(response: str) -> str | None:
       judged as 13), or there is no label: then the last box, with the boxes right before it that only a
       separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge), and
       the rest of its sentence when that offers another value or an open range (`\\boxed{12} or 13`, `or more`: a
-      hedge), and a value with "or" right before the box (`4 or \\boxed{5}`: a hedge);
+      hedge), and a value with "or" right before the box (`4 or \\boxed{5}`: a hedge), and the answer before an
+      `Alternatively, ...` paragraph or sentence that ends in the box (a hedge; `rpgrl.rewards.hedges`);
     - with neither, a "the (final) answer is ..." sentence with an answer-shaped value that ends the response
       (nothing after it but `I hope it is correct.`: not cut or retracted reasoning); else None (wrong).
     A box that holds no value (`\\boxed{}`, a check mark) is no answer.
@@ -240,8 +241,9 @@ def _answer_in(text: str) -> str | None:
     label = _last_label(text, inside)
     if label is not None and not (boxes and boxes[-1][0] >= label[1]):
         return label[0]  # no box after the label's answer (a later box is a correction: the last answer counts)
-    if boxes:
-        return box_run(text, boxes)
+    if boxes:  # (after a label, a box may offer an alternative to its answer: `Answer: 4` then `Alternatively, ...`)
+        offered = alternative_to_label(text, label, boxes) if label is not None else None
+        return offered or box_run(text, boxes)
     labels = list(_LABEL.finditer(text))
     if labels:  # a label with only prose after it: judged as it is (wrong, unless the prose is the answer)
         return _label_content(text, labels[-1].end())[0]
