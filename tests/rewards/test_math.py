@@ -802,6 +802,14 @@ EQUIV_TABLE = [
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3.5$.", "3", False),  # another value
     ("$x=-2$ or $x=\\boxed{3}$. Then $x = 3$.", "3", False),  # no reason
     ("$x=-2$ or $x=\\boxed{3}$.\n\nSince $x$ is a length, $x = 3$.", "3", False),  # another paragraph, as above
+    # ... the value stated ends its clause: a clause that goes on names no choice (`$x = 3$ works, and so does
+    # $x = -2$`, `$x = 3$ is a solution. $x = -2$ is one too.` were right for 3: both kept)
+    ("$x = -2$ or $x = \\boxed{3}$. Since $x$ is an integer, $x = 3$ works, and so does $x = -2$.", "3", False),
+    ("$x = -2$ or $x = \\boxed{3}$. Since $x$ is an integer, $x = 3$ is a solution. $x = -2$ is one too.", "3", False),
+    ("$k = 2$ or $k = \\boxed{3}$. Since $k$ is an integer, $k = 3$ gives $9$ and $k = 2$ gives $4$.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$, so the perimeter is $12$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$ cm.", "3", True),  # a unit
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$ only.", "3", True),
     # ... and so with the box first and the other value after its "or" (was a hedge, wrong for 3)
     ("$x = \\boxed{3}$ or $x = -2$. Since $x$ is a length, $x = 3$.", "3", True),
     ("$x = \\boxed{3}$ or $x = -2$. Only the positive root is valid.", "3", True),

@@ -244,7 +244,10 @@ _REJECTING = re.compile(
 # a reason, then the value kept stated (`Since $x$ is a length, $x = 3$`, `because $x$ is positive, we get $x = 3$`,
 # `as lengths are positive, $x=3$`): "since", "because" or "as", a property the answer must have (a measure, a
 # sign, an integer), a comma, and `<variable> = <value>` ending its clause; the value is read up to a space, a
-# comma, a semicolon or a period that ends the sentence (`x = 3.5.`), and no other after it (`x = 3 or x = -2`)
+# comma, a semicolon or a period that ends the sentence (`x = 3.5.`), and no other after it (`x = 3 or x = -2`).
+# Its clause ends there, or after one word (a unit: `x = 3$ cm.`, `x = 3$ only.`): at a period or a semicolon, a
+# line's end, or a comma not before "or" / "and" (`x = 3$, so ...`); not a clause that goes on (`$x = 3$ works, and
+# so does $x = -2$`, `$x = 3$ is a solution. $x = -2$ is one too.`, `$k = 3$ gives $9$ and ...` were right for 3)
 _PROPERTY = (
     r"(?:length|distance|side|radius|diameter|width|height|area|perimeter|volume|time|age|speed|count|positive"
     r"|non-?negative|integer|whole\s+number|natural\s+number|digit|probability)s?"
@@ -253,7 +256,8 @@ _REASON_KEPT = re.compile(
     r"(?<![A-Za-z])(?:since|because|as)\s+[^.;\n]{0,80}?(?<![A-Za-z])(?:is|are|must\s+be|has\s+to\s+be|represents"
     rf"|denotes)\s+(?:(?:a|an|the)\s+)?(?:[A-Za-z-]+\s+){{0,2}}?{_PROPERTY}(?![A-Za-z])[^.;\n]{{0,60}}?,\s*"
     r"(?:(?:so|then|thus|hence|therefore|we\s+(?:get|have|take|keep))\s+)?"
-    r"\$?\s*[A-Za-z]\w{0,3}\s*=\s*(?P<value>[^$\s,;]+?)\s*\$?(?=[.;,]?(?:\s|$))(?![.;,]?\s*(?:or|and)(?![A-Za-z]))",
+    r"\$?\s*[A-Za-z]\w{0,3}\s*=\s*(?P<value>[^$\s,;]+?)\s*\$?(?=[.;,]?(?:\s|$))(?![.;,]?\s*(?:or|and)(?![A-Za-z]))"
+    r"(?:[ \t]+[A-Za-z]+)?(?=[.;](?:\s|$)|[ \t]*(?:\n|$)|,(?!\s*(?:or|and)(?![A-Za-z])))",
     re.IGNORECASE,
 )
 
