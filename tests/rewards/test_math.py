@@ -818,6 +818,15 @@ EQUIV_TABLE = [
     ("$x = \\boxed{3}$ or $x = -2$. Only the negative root is valid.", "3", False),  # the box's sign rejected
     ("$x = \\boxed{3}$ or $x = 2$. Only the positive root is valid.", "3", False),  # both positive
     ("$x = \\boxed{3}$ or $x = -2$.\n\nOnly the positive root is valid.", "3", False),  # another paragraph
+    # ... a rejecting word negated or in a condition rejects nothing, after the box as before it (`If $4$ is not
+    # allowed, the answer is $3$.`, `we do not reject $x = -2$` were right for 3 since 9e3a9b7 after it); a check in a
+    # condition still rejects (`If we substitute $x=-2$, ..., so it is extraneous.`)
+    ("$x = \\boxed{3}$ or $x = 4$. If $4$ is not allowed, the answer is $3$.", "3", False),
+    ("$x = \\boxed{3}$ or $x = -2$. Both satisfy it, so we do not reject $x = -2$.", "3", False),
+    ("$x = 4$ or $x = \\boxed{3}$. If $4$ is not allowed, the answer is $3$.", "3", False),
+    ("$x = -2$ or $x = \\boxed{3}$. We cannot discard $x = -2$ without more information.", "3", False),
+    ("$x = \\boxed{3}$ or $x = -2$. If we substitute $x=-2$, the log is undefined, so it is extraneous.", "3", True),
+    ("$x = -2$ or $x = \\boxed{3}$. If we substitute $x=-2$, the log is undefined, so it is extraneous.", "3", True),
     # "squared" and a unit after the number is the unit, read "square units" (was wrong: read as the number squared)
     ("\\boxed{25 \\text{ squared units}}", "25", True),
     ("The area is $\\boxed{9\\text{ squared centimeters}}$.", "9", True),

@@ -278,7 +278,23 @@ def _rejected(after: str, other: str, kept: str) -> bool:
     named = re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", re.sub(r"\s", "", after))
     if re.search(r"\bneither\b", after, re.IGNORECASE):  # `neither $-2$ nor $3$ is extraneous`: none rejected
         return False
-    return bool(number) and named is not None and _REJECTING.search(after) is not None
+    return bool(number) and named is not None and _rejects(after)
+
+
+# what makes a rejecting word reject nothing: a negation right before it (`we do not reject $x = -2$`, `we cannot
+# discard it`) or a condition in its clause (`If $4$ is not allowed, the answer is $3$.`: a hedge still, as a grader
+# reads it); not a condition of an earlier clause (`If we substitute $x=-2$, ..., so it is extraneous.` rejects)
+_NEGATED = re.compile(r"(?:(?<![A-Za-z])(?:not|never|cannot)|n't)\s+(?:[A-Za-z]+\s+){0,2}$", re.IGNORECASE)
+_CONDITION_IN_CLAUSE = re.compile(r"(?<![A-Za-z])(?:if|unless|whether)(?![A-Za-z])[^,.;:!?]*$", re.IGNORECASE)
+
+
+def _rejects(after: str) -> bool:
+    """Whether `after` holds a rejecting word (`_REJECTING`) that is neither negated nor in a condition."""
+    for m in _REJECTING.finditer(after):
+        before = after[max(0, m.start() - 200) : m.start()]
+        if not (_NEGATED.search(before) or _CONDITION_IN_CLAUSE.search(before)):
+            return True
+    return False
 
 
 def _kept_for_reason(after: str, other: str, kept: str) -> bool:
