@@ -913,6 +913,23 @@ EQUIV_TABLE = [
     ("Answer: 4\n\nAlternatively, counting the complement also gives $\\boxed{4}$.", "4", True),  # one value
     ("Answer: 4\n\nOr wait, each pair counts twice: $\\boxed{8}$.", "8", True),  # a correction
     ("Answer: 4\n\nWe double check: $\\boxed{8}$.", "8", True),
+    # "Or rather", "Or so it seems" and a doubt asked ("Or is it?", "Or did I overcount?") correct the answer before
+    # them, as "Or wait" does: the last box alone (were hedges, wrong for the correction, since 389456a in one
+    # paragraph, 1402459 after an answer line, and in two paragraphs before them); not a question that holds the box
+    # or is followed by a condition (`Or should we count orders? If so, $\\boxed{8}$.`), nor "Alternatively, rather"
+    ("So there are $\\boxed{4}$ pairs. Or rather, since order matters, there are $\\boxed{8}$.", "8", True),
+    ("So there are $\\boxed{4}$ pairs. Or rather, since order matters, there are $\\boxed{8}$.", "4", False),
+    ("So there are $\\boxed{4}$ pairs.\n\nOr rather, since order matters, there are $\\boxed{8}$.", "8", True),
+    ("So there are $\\boxed{4}$ pairs. Or is it? Each pair was counted twice, so it is $\\boxed{2}$.", "2", True),
+    ("So $\\boxed{4}$.\n\nOr did I overcount? Each pair appears twice in my list, so $\\boxed{2}$.", "2", True),
+    ("Thus $\\boxed{4}$. Or so it seems; checking $n=5$ gives a fifth pair, so the answer is $\\boxed{5}$.", "5", True),
+    ("So $\\boxed{4}$. Or should we count ordered pairs? Yes: they are ordered, so $\\boxed{8}$.", "8", True),
+    ("Answer: 4\n\nOr rather, since order matters, $\\boxed{8}$.", "8", True),
+    ("Answer: 4\n\nOr did I overcount? Each pair appears twice, so it is $\\boxed{2}$.", "2", True),
+    ("So $\\boxed{4}$. Or should we count ordered pairs? If so, the answer is $\\boxed{8}$.", "8", False),
+    ("So there are $\\boxed{4}$ pairs. Or is it $\\boxed{8}$?", "8", False),
+    ("So $\\boxed{4}$. Alternatively, rather than pairs, count orders: $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$. Or, if we count orders, is it $\\boxed{8}$?", "8", False),
     # decided against: a box after an answer line is a correction even where it sets a step (the last answer
     # counts: `Answer: 12 ... \\boxed{13}`); degrees are not radians (45^\\circ is 45, a truth in pi asks radians)
     ("Answer: 12\n\n(For reference, we set \\boxed{a = 3}.)", "12", False),

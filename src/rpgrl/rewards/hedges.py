@@ -75,8 +75,18 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
 # before it: another answer offered, not a correction (`... the answer is $\boxed{4}$.` then `Alternatively, if we
 # count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box), nor
 # "Or wait" / "Or, actually", a correction. In one paragraph the same, by sentences.
+# Nor "Or rather", "Or so it seems", or a doubt asked of the answer before it and closed before the box ("Or is it?",
+# "Or did I overcount?", "Or should we count orders? Yes: ..."): corrections too; a question that a condition
+# follows offers another answer (`Or should we count orders? If so, $\boxed{8}$.`: a hedge).
+_DOUBT = (
+    r"(?:rather|so\s+it\s+(?:seems|appears))(?![A-Za-z])"
+    r"|(?:is|was|are|were|am|did|do|does|have|has|had|should|could|would|can|will|might|must)\s+"
+    r"(?:i|we|it|that|this|they|there)(?![A-Za-z])[^?\n]*\?(?!\s*if(?![A-Za-z]))"
+)
 _ALTERNATIVE = re.compile(
-    r"[\s#>*_]*(?:alternatively|or)(?![A-Za-z])(?![\s,:\-\u2014]*(?:wait|actually|no)(?![A-Za-z]))", re.IGNORECASE
+    rf"[\s#>*_]*(?:alternatively|or(?![A-Za-z])(?![\s,]*(?:{_DOUBT})))(?![A-Za-z])"
+    r"(?![\s,:\-\u2014]*(?:wait|actually|no)(?![A-Za-z]))",
+    re.IGNORECASE,
 )
 
 
