@@ -902,6 +902,15 @@ EQUIV_TABLE = [
     ("So $\\boxed{4}$. Wait, each pair counts twice, so $\\boxed{8}$.", "8", True),
     ("First $\\boxed{2}$ pairs. Then we double. Alternatively, in one step: $\\boxed{8}$.", "8", True),  # a step
     ("So $\\boxed{4}$. Alternatively, if we count both orders, it would be 8.", "4", True),  # no second box
+    # ... an AMC choice with its value, then that value (`\\boxed{\\textbf{(C)}\\ 12}` ... `\\boxed{12}`), is one
+    # answer: the choice (was wrong for 12 since 389456a in one paragraph, and in two before it, and for C)
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$. Alternatively, by direct counting, $\\boxed{12}$.", "12", True),
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$. Alternatively, by direct counting, $\\boxed{12}$.", "C", True),
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$.\n\nAlternatively, by direct counting, $\\boxed{12}$.", "12", True),
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$.\n\nAlternatively, by direct counting, $\\boxed{13}$.", "12", False),
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$.\n\nAlternatively, by direct counting, $\\boxed{13}$.", "C", False),
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$. Alternatively, $\\boxed{\\textbf{(D)}\\ 14}$.", "C", False),
+    ("So $\\boxed{\\textbf{(C)}\\ 12}$. Alternatively, $\\boxed{\\textbf{(D)}\\ 12}$.", "C", False),  # two letters
     # ... and an "Alternatively, ...:" paragraph ending in a colon goes on in the paragraph below it (was right for 8)
     ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\nthere are $2$ orders each, so $\\boxed{8}$.", "8", False),
     ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\n$$\\boxed{8}$$", "8", False),

@@ -450,7 +450,8 @@ def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
     more than once is one answer (`\\boxed{12}, \\boxed{12.0}`); a value outside the boxes or math groups, or a
     second value, keeps it wrong (`\\boxed{12} or \\boxed{13}`, `7, $540$, $540.0$`). A percent and its fraction
     are one value too (`$\\boxed{20\\%}$, or $0.2$`, `$\\frac{3}{4}$ or $\\boxed{75\\%}$`), that value either
-    way (20 or 0.2 for 20%)."""
+    way (20 or 0.2 for 20%). An AMC choice with its value and that value alone are one answer, the choice
+    (`\\boxed{\\textbf{(C)}\\ 12}`, then `\\boxed{12}`: right for C and for 12)."""
     raw = values_offered(hedge)
     if not 2 <= len(raw) <= MAX_OFFERED:
         return False
@@ -468,6 +469,10 @@ def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
             for p in percents
         )
 
+    choices = [v for v in values if _CHOICE.match(v)]  # `(C) 12` and `12`: one answer, the choice with its value
+    if choices and len({(_CHOICE_LETTER.search(v).group(1), without_remarks(v)) for v in choices}) == 1:
+        if all(v in choices or v == without_remarks(choices[0]) for v in values):
+            return _same_choice(choices[0], gold) or equal(without_remarks(choices[0]), False)
     return all(v and equal(v, _is_percent(r)) for r, v in zip(raw, values, strict=True))
 
 
