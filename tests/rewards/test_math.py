@@ -916,6 +916,11 @@ EQUIV_TABLE = [
     ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\n$$\\boxed{8}$$", "8", False),
     ("So $\\boxed{4}$.\n\nWe check again:\n\neach pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
     ("So $\\boxed{4}$.\n\nAlternatively, if order matters.\n\nThen we double: $\\boxed{8}$.", "8", True),  # no colon
+    # ... and a markdown rule (`---`, `***`) between the two paragraphs parts nothing (was right for 8)
+    ("So $\\boxed{4}$.\n\n---\n\n**Alternatively**, if we count ordered pairs, it is $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n***\n\nAlternatively, if we count ordered pairs, it is $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n---\n\nAlternatively, by complementary counting, $10 - 6 = \\boxed{4}$.", "4", True),
+    ("So $\\boxed{4}$.\n\n---\n\nWe recount: $\\boxed{8}$.", "8", True),
     # ... and after an answer line as after a box (was right for 8: a box after the line read as a correction)
     ("Answer: 4\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "8", False),
     ("Answer: 4\n\nAlternatively, if we count both orders, $\\boxed{8}$.", "4", False),

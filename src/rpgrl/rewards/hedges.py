@@ -106,6 +106,9 @@ def alternative_to_label(text: str, label: tuple[str, int], boxes: list[tuple[in
     )
 
 
+_RULE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")  # a markdown rule alone in its paragraph (`---`, `***`)
+
+
 def _alternative(text: str, after: int, last: int) -> bool:
     """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the paragraph of the answer
     ending at `after` (or the paragraph below one that ends in a colon: `Alternatively, if order matters:`), or, in
@@ -113,6 +116,7 @@ def _alternative(text: str, after: int, last: int) -> bool:
     Alternatively, if we count both orders, \\boxed{8}.`: a hedge in one paragraph as in two)."""
     between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
+    paragraphs = paragraphs[:1] + [q for q in paragraphs[1:] if not _RULE.fullmatch(q)]  # `---` parts nothing
     if len(paragraphs) >= 2:
         filled = [q for q in paragraphs[1:] if q.strip()]
         if len(filled) == 2 and filled[0].rstrip().endswith(":"):  # `Alternatively, if order matters:` goes on below
