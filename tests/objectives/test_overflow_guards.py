@@ -817,3 +817,24 @@ def test_ppo_kl_term_past_the_dtype_under_a_small_beta_gives_the_exact_loss(kl, 
     assert math.isclose(out.loss.item(), exact, rel_tol=1e-5), (out.loss.item(), exact)
     assert math.isclose(lp.grad.item(), grad, rel_tol=1e-5), (lp.grad.item(), grad)
     assert out.metrics["loss/kl"].item() == pytest.approx(min(exact, 1e30), rel=1e-5)  # saturated at 1e30
+
+
+@pytest.mark.parametrize("kl", ["k3", "k3_corrected"])
+@pytest.mark.parametrize("x, beta, normalizer, dtype", [(89.0, 1e-3, 1e6, torch.float32),
+                                                        (89.0, 1e-3, 1e9, torch.float32),
+                                                        (95.0, 1e-8, 1e4, torch.float32),
+                                                        (712.0, 1e-290, 1.0, torch.float64)])  # fmt: skip
+def test_ppo_kl_metrics_of_a_term_past_the_dtype_are_exact_where_they_fit(kl, x, beta, normalizer, dtype):
+    """The term k3(x) alone passes the dtype (x = log(pi_ref / pi_theta) = 89 in float32), beta k3(x) / N does not:
+    since the loss takes beta inside the exponential it is finite (4.5e29 at GRPO's beta = 1e-3 over 1e6 tokens), but
+    loss/kl was beta x inf, saturated to 1e30, and kl/penalty = k3(x) / N (4.5e29 over 1e9 tokens) too. Reference:
+    the closed form e^(x - log N) (1 - (1 + x) e^-x) in float64 (w = 1, A = 0), times beta; saturated at 1e30."""
+    log_penalty = x - math.log(normalizer) + math.log1p(-(1 + x) * math.exp(-x))  # log(k3(x) / N)
+    assert x > math.log(torch.finfo(dtype).max) and math.log(beta) + log_penalty < math.log(1e30)
+    loss_kl = math.exp(math.log(beta) + log_penalty)
+    lp = _one(-1.0 - x, dtype, grad=True)
+    out = ppo_loss(lp, _one(-1.0 - x, dtype), torch.tensor([0.0], dtype=dtype), torch.ones(1, 1), kl=kl, beta=beta,
+                   ref_logp=_one(-1.0, dtype), normalizer=normalizer)  # fmt: skip
+    assert out.loss.item() == pytest.approx(loss_kl, rel=1e-5)
+    assert out.metrics["loss/kl"].item() == pytest.approx(loss_kl, rel=1e-5)
+    assert out.metrics["kl/penalty"].item() == pytest.approx(math.exp(min(log_penalty, math.log(1e30))), rel=1e-5)

@@ -37,7 +37,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
-from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, scaled_k3
+from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
@@ -109,9 +109,9 @@ def ppo_loss(
         kl_term, clamped = _kl_term(kl, logp, anchor, old_logp, kl_clamp)
         if clamped is not None:
             metrics["kl/frac_clamped"] = masked_mean(clamped.to(logp.dtype), m)
-        kl_value = aggregate(kl_term.detach().to(torch.float64), m, agg, normalizer)  # metric only: no overflow
+        kl_value, beta_kl = _kl_metrics(kl, kl_term, beta, logp, anchor, old_logp, m, agg, normalizer)
         if beta != 0:  # beta = 0: the term is inert (0 x an overflowed term would be NaN, in the loss or metric)
-            kl_loss = beta * kl_value
+            kl_loss = beta_kl
             per_token = pg + _times_beta(kl, kl_term, beta, logp, anchor, old_logp, clamped)
         metrics[M.KL_PENALTY] = kl_value
 
@@ -181,6 +181,32 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
             raw = torch.where(raw.isnan(), exact, raw)
         fill = raw.clamp(-kl_clamp, kl_clamp)
     return torch.where(clamped, fill, term(torch.where(clamped, anchor, logp))), clamped
+
+
+def _kl_metrics(kind, kl_term, beta: float, logp, anchor, old_logp, m, agg, normalizer) -> tuple:
+    """(kl/penalty, loss/kl): the aggregated KL term and beta times it (beta > 0), 0-dim float64, detached. Where the
+    dtype's term overflowed (k3's exp(anchor - logp) past ~88.7 nats in float32), the float64 aggregate was inf and
+    both read as saturated (1e30) although beta x term / N, or term / N, fits below it: there each token's term is
+    taken in log space from the float64 inputs (log k3, plus log w for k3_corrected), with log beta and the
+    aggregation's log weight added before the exponential. Elsewhere, to the bit, aggregate(term) and beta x it."""
+    f64 = torch.float64
+    kl64 = kl_term.detach().to(f64)
+    kl_value = aggregate(kl64, m, agg, normalizer)
+    if kind == "k1" or bool(torch.isfinite(kl_value)):  # k1 (a signed term) cannot overflow from finite log-probs
+        return kl_value, beta * kl_value
+    lp, a, s = (t.detach().to(f64) for t in (logp, anchor, old_logp))
+    x = a - lp
+    log_term = log_k3(x) if kind == "k3" else torch.where(x == 0, -math.inf, lp - s + log_k3(x))
+    log_term = torch.where(torch.isfinite(kl64), torch.log(kl64), log_term)  # k3 terms are >= 0; clamped ones kept
+    n = normalizer.reshape(()).to(f64) if isinstance(normalizer, torch.Tensor) else normalizer
+    if n is None:
+        n = m.sum() if agg == "token-mean" else m.shape[0]
+    log_weight = -torch.log(torch.as_tensor(n, dtype=f64, device=kl64.device))
+    if agg == "seq-mean-token-mean":
+        log_weight = log_weight - torch.log(m.sum(-1, keepdim=True).to(f64))
+    log_term = torch.where(m, log_term + log_weight, -math.inf)  # padding adds 0
+    kl_value = torch.exp(log_term).sum()
+    return kl_value, (torch.exp(log_term + math.log(beta)).sum() if beta > 0 else None)
 
 
 def _times_beta(kind, kl_term, beta: float, logp, anchor, old_logp, clamped) -> torch.Tensor:
