@@ -838,3 +838,27 @@ def test_ppo_kl_metrics_of_a_term_past_the_dtype_are_exact_where_they_fit(kl, x,
     assert out.loss.item() == pytest.approx(loss_kl, rel=1e-5)
     assert out.metrics["loss/kl"].item() == pytest.approx(loss_kl, rel=1e-5)
     assert out.metrics["kl/penalty"].item() == pytest.approx(math.exp(min(log_penalty, math.log(1e30))), rel=1e-5)
+
+
+@pytest.mark.parametrize("log_w, x, dtype", [(-110.0, 80.0, torch.float32), (-95.0, 80.0, torch.float32),
+                                             (-100.0, 88.0, torch.float32), (-800.0, 709.0, torch.float64),
+                                             (-740.0, 700.0, torch.float64)])  # fmt: skip
+@pytest.mark.parametrize("which", ["grpo_corrected", "forward", "ppo"])
+def test_a_weight_below_the_smallest_normal_times_a_large_k3(which, log_w, x, dtype):
+    """w = e^log_w underflows (e^-110 in float32) or is denormal (e^-95: a few bits) while k3(x) is large, and the
+    product, about e^(log_w + x), is a normal number (e^-30): it came out 0 (or 2e-2 off) as the direct product,
+    which was finite, so its log-space form was not taken. The gradient was already formed in log space. Reference:
+    the closed form e^(log_w + x) (1 - (1 + x) e^-x), in mpmath at 50 digits."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(50):
+        want = float(mpmath.exp(log_w) * (mpmath.expm1(x) - x))
+    assert torch.finfo(dtype).tiny < abs(want) < torch.finfo(dtype).max
+    t = lambda v: torch.tensor([[v]], dtype=dtype)  # noqa: E731
+    if which == "grpo_corrected":  # w = pi / pi_old, x = log(pi_ref / pi)
+        got = grpo_kl_term(t(-1.0), t(-1.0 + x), t(-1.0 - log_w), corrected=True)
+    elif which == "forward":  # weight rho = pi_a / pi_s, k3(log(pi / pi_a))
+        got = anchored_kl_term(t(-1.0), t(-1.0 - x), t(-1.0 - x - log_w), direction="forward")
+    else:  # ppo_loss's corrected term alone (A = 0, beta = 1)
+        got = ppo_loss(t(-1.0), t(-1.0 - log_w), torch.zeros(1, dtype=dtype), torch.ones(1, 1), kl="k3_corrected",
+                       beta=1.0, ref_logp=t(-1.0 + x)).loss  # fmt: skip
+    assert got.item() == pytest.approx(want, rel=1e-6 if dtype == torch.float32 else 1e-12, abs=0.0)

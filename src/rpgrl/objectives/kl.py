@@ -202,12 +202,16 @@ def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     """exp(log_w) * k3(log_r), and 0 where k3 is 0: there the product is 0 whatever w is, while w = inf would give
     inf * 0 = NaN. Where the product is not finite while k3 is not 0 (w underflows while k3 overflows, log_r past
     ~88 in float32; or w overflows while k3 is tiny, |log_r| ~ 1e-7 under log_w = 100: e^100 x 5e-15 = 4.4e28) it
-    is taken in log space, exp(log_w + log k3(log_r)), finite wherever the product is. Elsewhere exactly exp(log_w)
-    * k3(log_r). A value: `_WeightedK3` forms the gradient. Shapes: any, alike."""
+    is taken in log space, exp(log_w + log k3(log_r)), finite wherever the product is. So is it where a factor is below
+    the dtype's smallest normal number while log_r is not 0 (w = e^-110 under k3(80) = e^80 in float32: the product
+    e^-30 was 0, and a denormal w kept a few bits; k3 of |log_r| < 1.5e-19 underflows as x^2 / 2, read as k3 = 0).
+    Elsewhere exactly exp(log_w) * k3(log_r). A value: `_WeightedK3` forms the gradient. Shapes: any, alike."""
     term = k3(log_r)
     zero = term == 0
-    direct = torch.exp(torch.where(zero, 0.0, log_w)) * term
-    bad = ~torch.isfinite(direct) & ~zero
+    w = torch.exp(torch.where(zero, 0.0, log_w))
+    direct = w * term
+    tiny = torch.finfo(term.dtype).tiny
+    bad = (~torch.isfinite(direct) & ~zero) | (((w < tiny) | (term < tiny)) & (log_r != 0))
     if not bool(bad.any()):
         return direct
     return torch.where(bad, torch.exp(log_w + log_k3(torch.where(bad, log_r, 1.0))), direct)
