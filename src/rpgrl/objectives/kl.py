@@ -205,7 +205,9 @@ def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     is taken in log space, exp(log_w + log k3(log_r)), finite wherever the product is. So is it where a factor is below
     the dtype's smallest normal number while log_r is not 0 (w = e^-110 under k3(80) = e^80 in float32: the product
     e^-30 was 0, and a denormal w kept a few bits; k3 of |log_r| < 1.5e-19 underflows as x^2 / 2, read as k3 = 0).
-    Elsewhere exactly exp(log_w) * k3(log_r). A value: `_WeightedK3` forms the gradient. Shapes: any, alike."""
+    In float32 these products are first formed in float64, where both factors are normal numbers, and rounded once
+    (exp of a rounded log-space sum near 88 is off by up to ~5e-6). Elsewhere exactly exp(log_w) * k3(log_r). A value:
+    `_WeightedK3` forms the gradient. Shapes: any, alike."""
     term = k3(log_r)
     zero = term == 0
     w = torch.exp(torch.where(zero, 0.0, log_w))
@@ -214,7 +216,12 @@ def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     bad = (~torch.isfinite(direct) & ~zero) | (((w < tiny) | (term < tiny)) & (log_r != 0))
     if not bool(bad.any()):
         return direct
-    return torch.where(bad, torch.exp(log_w + log_k3(torch.where(bad, log_r, 1.0))), direct)
+    log_w, log_r = log_w, torch.where(bad, log_r, 1.0)
+    if term.dtype == torch.float32:  # there the product in float64 (both factors normal): log space loses |x| ulps
+        log_w, log_r = log_w.double(), log_r.double()
+    w, term, tiny = torch.exp(log_w), k3(log_r), torch.finfo(log_w.dtype).tiny
+    fine = torch.isfinite(w * term) & (w >= tiny) & (term >= tiny)
+    return torch.where(bad, torch.where(fine, w * term, torch.exp(log_w + log_k3(log_r))).to(direct.dtype), direct)
 
 
 def log_abs_expm1(x: torch.Tensor) -> torch.Tensor:
