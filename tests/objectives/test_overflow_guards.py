@@ -862,3 +862,29 @@ def test_a_weight_below_the_smallest_normal_times_a_large_k3(which, log_w, x, dt
         got = ppo_loss(t(-1.0), t(-1.0 - log_w), torch.zeros(1, dtype=dtype), torch.ones(1, 1), kl="k3_corrected",
                        beta=1.0, ref_logp=t(-1.0 + x)).loss  # fmt: skip
     assert got.item() == pytest.approx(want, rel=1e-6 if dtype == torch.float32 else 1e-12, abs=0.0)
+
+
+@pytest.mark.parametrize("log_w, adv, normalizer, dtype", [
+    (89.0, -0.5, None, torch.float32),  # w = e^89 overflows, -A w = 2.2e38 does not: refused
+    (710.0, -0.5, None, torch.float64),
+    (-119.0, 2e28, None, torch.float32),  # w underflows to 0, -A w = -4.2e-24 does not: loss and gradient 0
+    (-100.0, 1e10, None, torch.float32),  # w = 3.7e-44 is denormal (a few bits): -A w was 2% off
+    (-760.0, 1e300, None, torch.float64),
+    (-1.9, 2.65e38, 0.5, torch.float32),  # backward's g x -A = -5.3e38 overflowed before x w: refused in backward
+])  # fmt: skip
+def test_ppo_surrogate_where_the_ratio_or_the_advantage_alone_leaves_the_dtype(log_w, adv, normalizer, dtype):
+    """The unclipped PPO term -A w (no dual clip) was formed as -A x exp(log w), and backward as (g x -A) x w: where
+    one factor over- or underflows the dtype while -A w / N fits, a finite loss was refused or its value and
+    gradient came out 0 or a few bits off. Reference: -A e^(log w) / N and the same gradient, mpmath at 50 digits."""
+    mpmath = pytest.importorskip("mpmath")
+    lp = _one(-1.0, dtype, grad=True)
+    old = lp.detach() - log_w
+    with mpmath.workdps(50):
+        want = float(-mpmath.mpf(adv) * mpmath.exp(mpmath.mpf(lp.item()) - mpmath.mpf(old.item())) / (normalizer or 1))
+    assert torch.finfo(dtype).tiny < abs(want) < torch.finfo(dtype).max
+    out = ppo_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), normalizer=normalizer)
+    out.loss.backward()
+    rel = 1e-6 if dtype == torch.float32 else 1e-12
+    assert out.loss.item() == pytest.approx(want, rel=rel, abs=0.0)
+    assert lp.grad.item() == pytest.approx(want, rel=rel, abs=0.0)
+    assert out.metrics["loss/policy"].item() == pytest.approx(max(min(want, 1e30), -1e30), rel=rel, abs=0.0)
