@@ -888,3 +888,23 @@ def test_ppo_surrogate_where_the_ratio_or_the_advantage_alone_leaves_the_dtype(l
     assert out.loss.item() == pytest.approx(want, rel=rel, abs=0.0)
     assert lp.grad.item() == pytest.approx(want, rel=rel, abs=0.0)
     assert out.metrics["loss/policy"].item() == pytest.approx(max(min(want, 1e30), -1e30), rel=rel, abs=0.0)
+
+
+@pytest.mark.parametrize("logp, log_w, beta", [(-4000.0, 90.0, 1e-3), (-9000.0, 86.0, 0.05)])
+def test_ppo_corrected_kl_past_float32_under_beta_keeps_log_w_at_its_own_precision(logp, log_w, beta):
+    """k3_corrected's w k3(x) past float32 (anchor = sampler: x = -log w) under a beta that brings it back in range:
+    `_times_beta` took beta in as a sampler moved by -log beta, and old_logp - log beta was rounded at old_logp's
+    magnitude (ulp 2.4e-4 at 4087), not log w's: the loss and its gradient were 4e-5 off. Reference: beta w k3(-log w)
+    and -beta (-log w) w from the float32 inputs, in mpmath at 50 digits; float32 precision at |log w| ~ 90 (1e-5)."""
+    mpmath = pytest.importorskip("mpmath")
+    lp = _one(logp, grad=True)
+    old = lp.detach() - log_w
+    with mpmath.workdps(50):
+        lw = mpmath.mpf(lp.item()) - mpmath.mpf(old.item())
+        want = float(beta * mpmath.exp(lw) * (mpmath.expm1(-lw) + lw))
+        grad = float(beta * lw * mpmath.exp(lw))
+    assert math.log(F32_MAX) < log_w + math.log(log_w) and abs(want) < F32_MAX and abs(grad) < F32_MAX
+    out = ppo_loss(lp, old, torch.zeros(1), torch.ones(1, 1), kl="k3_corrected", beta=beta)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(want, rel=1e-5)
+    assert lp.grad.item() == pytest.approx(grad, rel=1e-5)

@@ -256,7 +256,7 @@ def _kl_metrics(kind, kl_term, beta: float, logp, anchor, old_logp, m, agg, norm
 def _times_beta(kind, kl_term, beta: float, logp, anchor, old_logp, clamped) -> torch.Tensor:
     """beta * kl_term (B, T), value and gradient. Where that product is not finite (k3's exp(anchor - logp) past the
     dtype, ~88.7 nats in float32, while beta k3 fits: beta / N takes it back in range), the term is formed with
-    log(beta) inside its exponential (`scaled_k3`, `anchored_kl_term` with the sampler moved by -log beta), finite
+    log(beta) inside its exponential (`scaled_k3`, `anchored_kl_term` with log beta added to the weight's log), finite
     wherever the product is, its gradient too. Elsewhere, to the bit, beta * kl_term."""
     scaled = beta * kl_term
     bad = ~torch.isfinite(scaled.detach())
@@ -268,7 +268,7 @@ def _times_beta(kind, kl_term, beta: float, logp, anchor, old_logp, clamped) -> 
     if kind == "k3":
         big = scaled_k3(anchor - far, math.log(beta))
     else:
-        big = anchored_kl_term(far, anchor, old_logp - math.log(beta), direction="reverse")
+        big = anchored_kl_term(far, anchor, old_logp, direction="reverse", log_scale=math.log(beta))
     return torch.where(bad, big, direct)
 
 

@@ -129,6 +129,7 @@ def anchored_kl_term(
     *,
     direction: Direction,
     mask: torch.Tensor | None = None,
+    log_scale: float = 0.0,
 ) -> torch.Tensor:
     """Importance-weighted KL to an anchor pi_a that differs from the sampler pi_s (spec 3.4, last paragraph).
 
@@ -141,6 +142,8 @@ def anchored_kl_term(
 
     Shapes: logp, anchor_logp, sampler_logp, mask: equal shapes, e.g. (B, T) -> (B, T). Anchor and sampler are
     constants. `mask` as in `grpo_kl_term`; where the k3 factor is 0 the term is 0 even if the weight overflows.
+    `log_scale`: the term times exp(log_scale), added to the weight's log, value and gradient (a scale beta brings
+    back in range a term that alone overflows).
     """
     require_tensors(("mask",), logp=logp, anchor_logp=anchor_logp, sampler_logp=sampler_logp, mask=mask)
     if not (logp.shape == anchor_logp.shape == sampler_logp.shape):
@@ -151,7 +154,7 @@ def anchored_kl_term(
     if direction not in ("reverse", "forward"):
         raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
     logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
-    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction)
+    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction, float(log_scale))
 
 
 def scaled_k3(log_r: torch.Tensor, log_scale: float) -> torch.Tensor:
@@ -172,9 +175,11 @@ class _WeightedK3(torch.autograd.Function):
     and the sampler are constants: they get no gradient. Shapes: any, alike."""
 
     @staticmethod
-    def forward(ctx, logp, anchor, sampler, direction: str):
+    def forward(ctx, logp, anchor, sampler, direction: str, log_scale: float = 0.0):
         reverse = direction == "reverse"
         log_w, x = (logp - sampler, anchor - logp) if reverse else (anchor - sampler, logp - anchor)
+        if log_scale != 0:  # the weight times exp(log_scale)
+            log_w = log_w + log_scale
         ctx.save_for_backward(log_w, x)
         ctx.reverse = reverse
         return _times_w(log_w, x)
@@ -186,7 +191,7 @@ class _WeightedK3(torch.autograd.Function):
             sign, log_size = -torch.sign(x), torch.log(x.abs())
         else:  # w expm1(x)
             sign, log_size = torch.sign(x), log_abs_expm1(x)
-        return times_exp(grad, sign, log_w + log_size), None, None, None  # sign is 0 where x is
+        return times_exp(grad, sign, log_w + log_size), None, None, None, None  # sign is 0 where x is
 
 
 def times_exp(grad: torch.Tensor, sign: torch.Tensor, log_size: torch.Tensor) -> torch.Tensor:
