@@ -221,7 +221,7 @@ def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     bad = (~torch.isfinite(direct) & ~zero) | (((w < tiny) | (term < tiny)) & (log_r != 0))
     if not bool(bad.any()):
         return direct
-    log_w, log_r = log_w, torch.where(bad, log_r, 1.0)
+    log_r = torch.where(bad, log_r, 1.0)
     if term.dtype == torch.float32:  # there the product in float64 (both factors normal): log space loses |x| ulps
         log_w, log_r = log_w.double(), log_r.double()
     w, term, tiny = torch.exp(log_w), k3(log_r), torch.finfo(log_w.dtype).tiny
