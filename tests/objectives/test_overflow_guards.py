@@ -908,3 +908,27 @@ def test_ppo_corrected_kl_past_float32_under_beta_keeps_log_w_at_its_own_precisi
     out.loss.backward()
     assert out.loss.item() == pytest.approx(want, rel=1e-5)
     assert lp.grad.item() == pytest.approx(grad, rel=1e-5)
+
+
+@pytest.mark.parametrize("divergence, log_w, log_rho, beta", [("rkl", 66.0, None, 1e-3), ("rkl", 80.0, None, 1e-4),
+                                                              ("fkl", 74.0, 75.0, 1e-4),
+                                                              ("ufkl", 70.0, None, 1e-8)])  # fmt: skip
+@pytest.mark.parametrize("style", ["differentiable", "reinforce"])
+def test_rpg_kl_metrics_of_a_unit_past_the_metric_limit(divergence, log_w, log_rho, beta, style):
+    """A unit's rho phi(u) past 1e30 (rkl's e^66 x 66 = 3e30) was saturated to 1e30 before beta multiplied it: loss/kl
+    read 1e30 beta (1e27 for 3e27; 1e26 for 4.4e32, which saturates at 1e30) and loss/policy = total - loss/kl kept
+    the difference (2e27 for a policy part of 0, A = 0). Reference: beta rho phi(u) from mpmath, saturated at 1e30."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(50):
+        lw, lr = mpmath.mpf(log_w), mpmath.mpf(log_rho or 0.0)
+        lu, rho = lw - lr, mpmath.exp(lr)
+        u = mpmath.exp(lu)
+        phi = {"fkl": -lu, "rkl": u * lu, "ufkl": u - 1 - lu, "urkl": u * lu - u + 1}[divergence]
+        kl = float(rho * phi)
+    old = torch.zeros(1, 1)
+    out = rpg_loss(old + log_w, old, torch.zeros(1), torch.ones(1, 1), divergence=divergence, style=style, beta=beta,
+                   anchor_logp=None if log_rho is None else old + log_rho)  # fmt: skip
+    assert out.metrics["loss/kl"].item() == pytest.approx(min(beta * kl, 1e30), rel=1e-5)
+    assert out.metrics[f"kl/{divergence}"].item() == pytest.approx(min(kl, 1e30), rel=1e-5)
+    if style == "differentiable":  # the loss is the KL part alone
+        assert abs(out.metrics["loss/policy"].item()) <= 1e-6 * out.loss.item()

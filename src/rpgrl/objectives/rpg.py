@@ -50,7 +50,7 @@ import torch
 
 from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
-from rpgrl.objectives.base import METRIC_LIMIT, LossOutput, register_loss, reported
+from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
@@ -422,6 +422,11 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     return (w_b * adv).add_(kl_part(log_ub, u_b)).neg_(), active
 
 
+_ROW_LIMIT = 1e300
+"""The bound on |rho phi(u)| per unit and per row in the KL metrics (float64): a sum of fewer than 1e8 such terms is
+finite, so never inf - inf; far above the reported METRIC_LIMIT (a row past it reads as such once beta / N > 1e-270)."""
+
+
 @torch.no_grad()
 def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -> dict[str, torch.Tensor]:
     """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
@@ -433,9 +438,11 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
     f64, n_tok = torch.float64, mask_b.sum()
     if kl_unit is None:
         kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
-    kl_rows = kl_unit.detach().to(f64).clamp(-METRIC_LIMIT, METRIC_LIMIT)  # saturated per unit: +inf and -inf
-    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)  # summed or averaged were NaN
-    kl_rows = kl_rows.clamp(-METRIC_LIMIT, METRIC_LIMIT)
+    # saturated per unit and per row, far above the reported range: +inf and -inf summed or averaged were NaN; at
+    # 1e30 itself, beta x a saturated row read 1e30 beta (loss/kl 1e26 for rkl's e^80 x 80 under beta 1e-4)
+    kl_rows = kl_unit.detach().to(f64).clamp(-_ROW_LIMIT, _ROW_LIMIT)
+    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
+    kl_rows = kl_rows.clamp(-_ROW_LIMIT, _ROW_LIMIT)
     kl_loss = beta * aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
