@@ -932,3 +932,33 @@ def test_rpg_kl_metrics_of_a_unit_past_the_metric_limit(divergence, log_w, log_r
     assert out.metrics[f"kl/{divergence}"].item() == pytest.approx(min(kl, 1e30), rel=1e-5)
     if style == "differentiable":  # the loss is the KL part alone
         assert abs(out.metrics["loss/policy"].item()) <= 1e-6 * out.loss.item()
+
+
+@pytest.mark.parametrize("style", ["differentiable", "reinforce"])
+@pytest.mark.parametrize("log_w, adv, level, dtype", [
+    (89.0, -0.5, "token", torch.float32),  # w = e^89 overflows, w A = -2.2e38 does not: refused
+    (710.0, -0.5, "sequence", torch.float64),  # over two tokens
+    (-119.0, 2e28, "token", torch.float32),  # w underflows to 0, w A = 4.2e-24 does not: loss and gradient 0
+    (-100.0, 1e10, "sequence", torch.float32),  # w = 3.7e-44 is denormal: w A was 2% off
+])  # fmt: skip
+def test_rpg_unclipped_ratio_where_w_alone_leaves_the_dtype(style, log_w, adv, level, dtype):
+    """clip=None, beta = 0: the unit's w A (differentiable: the loss -w A; REINFORCE: the coefficient of -logp) was
+    formed as exp(log w) x A, refused where w alone overflows while w A fits (|A| < 1) and 0 or a few bits off where
+    w underflows under a large A. Reference: mpmath at 50 digits; the loss -w A (REINFORCE: -w A sum logp) and the
+    gradient -w A on each of the unit's tokens (normalizer 1, seq-mean-token-sum)."""
+    mpmath = pytest.importorskip("mpmath")
+    T = 1 if level == "token" else 2
+    old = torch.full((1, T), -0.25 - log_w / T, dtype=dtype)
+    lp = torch.full((1, T), -0.25, dtype=dtype, requires_grad=True)
+    with mpmath.workdps(50):
+        lw = sum(mpmath.mpf(a) - mpmath.mpf(b) for a, b in zip(lp[0].tolist(), old[0].tolist(), strict=True))
+        wa = mpmath.exp(lw) * adv
+        want_loss = float(-wa if style == "differentiable" else -wa * sum(mpmath.mpf(v) for v in lp[0].tolist()))
+        want_grad = float(-wa)
+    assert torch.finfo(dtype).tiny < abs(want_grad) < torch.finfo(dtype).max
+    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, T), divergence="rkl", style=style,
+                   beta=0.0, level=level, agg="seq-mean-token-sum", normalizer=1)  # fmt: skip
+    out.loss.backward()
+    rel = 1e-6 if dtype == torch.float32 else 1e-12
+    assert out.loss.item() == pytest.approx(want_loss, rel=rel, abs=0.0)
+    assert lp.grad[0].tolist() == pytest.approx([want_grad] * T, rel=rel, abs=0.0)

@@ -37,7 +37,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
-from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3
+from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3, weight_times_w
 from rpgrl.objectives.reduce import aggregate, masked_mean
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
@@ -139,51 +139,8 @@ def _clipped_surrogate(log_w, adv, eps_low, eps_high, clip_c) -> tuple[torch.Ten
     if clip_c is not None:
         clipped_w = clipped_w.masked_fill(dual, clip_c)
     neg_adv = -adv
-    free = _NegAdvW.apply(torch.where(active, log_w, 0.0), neg_adv.expand_as(log_w), active)
+    free = weight_times_w(torch.where(active, log_w, 0.0), neg_adv.expand_as(log_w), active)
     return torch.where(active, free, neg_adv * clipped_w), {"high": high, "low": low, "dual": dual}
-
-
-class _NegAdvW(torch.autograd.Function):
-    """-A w = -A e^(log w) on the unclipped tokens (`active`), with the gradient -A w (0 elsewhere): as -A x exp(log w)
-    and (g x -A) x w (autograd's order, to the bit) where w and g x -A are normal numbers and the product is finite;
-    elsewhere as one product in float64 log space (`_signed_exp`), finite wherever the result fits. There w alone
-    over- or underflows while -A w fits (|A| = 0.5 at log w = 89 in float32 was refused; A = 2e28 at log w = -119
-    gave a gradient of 0 for -4e-25), or the backward's g x -A does (A = 2.7e38 over a normalizer of 0.5 was
-    refused as a gradient overflow where -A w / N = 7.8e37 fits). Shapes: (B, T), alike."""
-
-    @staticmethod
-    def forward(ctx, log_w, neg_adv, active):
-        w = torch.exp(log_w)
-        out = neg_adv * w
-        ctx.save_for_backward(log_w, neg_adv, w, active)
-        tiny = torch.finfo(w.dtype).tiny
-        bad = active & ~(torch.isfinite(out) & (w >= tiny))
-        if bool(bad.any()):
-            out = torch.where(bad, _signed_exp(log_w, neg_adv).to(out.dtype), out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        log_w, neg_adv, w, active = ctx.saved_tensors
-        g = grad * neg_adv
-        out = g * w
-        tiny = torch.finfo(w.dtype).tiny
-        normal = (g.abs() >= tiny) | (grad == 0) | (neg_adv == 0)
-        bad = active & ~(torch.isfinite(out) & (w >= tiny) & normal)
-        if bool(bad.any()):
-            out = torch.where(bad, _signed_exp(log_w, grad, neg_adv).to(out.dtype), out)
-        return torch.where(active, out, 0.0), None, None
-
-
-def _signed_exp(log_w: torch.Tensor, *factors: torch.Tensor) -> torch.Tensor:
-    """prod(factors) e^log_w in float64, as sign x exp(log_w + sum log |factor|): no factor and no partial product
-    overflows or underflows first. 0 where a factor is 0. Shapes: alike (broadcasting)."""
-    f64 = torch.float64
-    sign, log_size = torch.ones_like(log_w, dtype=f64), log_w.to(f64)
-    for c in factors:
-        c = c.to(f64)
-        sign, log_size = sign * torch.sign(c), log_size + torch.log(c.abs())
-    return torch.where(sign == 0, 0.0, sign * torch.exp(torch.where(sign == 0, 0.0, log_size)))
 
 
 def _ratio_metrics(lw, adv, m, rows) -> dict[str, torch.Tensor]:

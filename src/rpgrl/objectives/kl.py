@@ -203,6 +203,63 @@ def times_exp(grad: torch.Tensor, sign: torch.Tensor, log_size: torch.Tensor) ->
     return torch.where(zero, 0.0, torch.sign(grad) * sign * size)
 
 
+def weight_times_w(log_w: torch.Tensor, c: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
+    """c w = c e^(log w) (a policy loss's -A w), differentiable in log w (c is a constant), where `active` (bool; None:
+    everywhere; elsewhere the value is unused and the gradient 0). As c x exp(log w) and backward (g x c) x w,
+    autograd's order to the bit, where w and g x c are normal numbers and the product is finite; elsewhere as one
+    product in float64 log space (`signed_exp`), finite wherever the result fits. There w alone over- or underflows
+    while c w fits (c = 0.5 at log w = 89 in float32 was refused; c = 2e28 at log w = -119 gave 0 for -4e-25), or
+    the backward's g x c does (c = 2.7e38 over a normalizer of 0.5 was refused as a gradient overflow where c w / N =
+    7.8e37 fits). Shapes: alike."""
+    return _WeightTimesW.apply(log_w, c, torch.ones_like(log_w, dtype=torch.bool) if active is None else active)
+
+
+def weight_times_w_value(log_w: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """c e^(log w) as a value (no gradient): `weight_times_w`'s forward, 0 where c is 0 (also where w overflows)."""
+    with torch.no_grad():
+        return _WeightTimesW.forward(None, log_w, c, None)
+
+
+class _WeightTimesW(torch.autograd.Function):
+    """`weight_times_w`'s product c e^(log w) and its gradient in log w, c e^(log w) (0 where not `active`)."""
+
+    @staticmethod
+    def forward(ctx, log_w, c, active):
+        w = torch.exp(log_w)
+        out = c * w
+        if ctx is not None:
+            ctx.save_for_backward(log_w, c, w, active)
+        tiny = torch.finfo(w.dtype).tiny
+        bad = ~(torch.isfinite(out) & (w >= tiny))
+        bad = bad if active is None else bad & active
+        if bool(bad.any()):
+            out = torch.where(bad, signed_exp(log_w, c).to(out.dtype), out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_w, c, w, active = ctx.saved_tensors
+        g = grad * c
+        out = g * w
+        tiny = torch.finfo(w.dtype).tiny
+        normal = (g.abs() >= tiny) | (grad == 0) | (c == 0)
+        bad = active & ~(torch.isfinite(out) & (w >= tiny) & normal)
+        if bool(bad.any()):
+            out = torch.where(bad, signed_exp(log_w, grad, c).to(out.dtype), out)
+        return torch.where(active, out, 0.0), None, None
+
+
+def signed_exp(log_w: torch.Tensor, *factors: torch.Tensor) -> torch.Tensor:
+    """prod(factors) e^log_w in float64, as sign x exp(log_w + sum log |factor|): no factor and no partial product
+    overflows or underflows first. 0 where a factor is 0. Shapes: alike (broadcasting)."""
+    f64 = torch.float64
+    sign, log_size = torch.ones_like(log_w, dtype=f64), log_w.to(f64)
+    for c in factors:
+        c = c.to(f64)
+        sign, log_size = sign * torch.sign(c), log_size + torch.log(c.abs())
+    return torch.where(sign == 0, 0.0, sign * torch.exp(torch.where(sign == 0, 0.0, log_size)))
+
+
 def _times_w(log_w: torch.Tensor, log_r: torch.Tensor) -> torch.Tensor:
     """exp(log_w) * k3(log_r), and 0 where k3 is 0: there the product is 0 whatever w is, while w = inf would give
     inf * 0 = NaN. Where the product is not finite while k3 is not 0 (w underflows while k3 overflows, log_r past

@@ -52,6 +52,7 @@ from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
+from rpgrl.objectives.kl import weight_times_w, weight_times_w_value
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
 
@@ -244,7 +245,7 @@ def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
     if not (reward or kl):
         return True
     with torch.no_grad():
-        weight = torch.where(r.adv == 0, 0.0, torch.exp(r.log_w) * r.adv) if reward else torch.zeros_like(r.log_w)
+        weight = weight_times_w_value(r.log_w, r.adv.expand_as(r.log_w)) if reward else torch.zeros_like(r.log_w)
         if kl:  # beta multiplied in first: beta rho u phi'(u) may fit where rho u phi'(u) does not
             log_rho = torch.zeros_like(r.log_u) if r.log_rho is None else r.log_rho
             weight = weight - dv.rho_u_dphi(o.divergence, r.log_u, log_rho, scale=o.beta)
@@ -311,6 +312,10 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     add_kl = kl is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
+        with torch.no_grad():  # w alone over- or underflows where w A may not: -w A in log space (`weight_times_w`)
+            edge = bool(((adv != 0) & ~(torch.isfinite(w) & (w >= torch.finfo(w.dtype).tiny))).any())
+        if edge:
+            loss = weight_times_w(log_w.masked_fill(adv == 0, 0.0), (-adv).expand_as(log_w))
         return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl
 
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
@@ -401,7 +406,8 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
     if clip is None:
         w = torch.exp(log_w)
         u = w if log_rho is None else torch.exp(log_u)
-        reward = torch.where(adv == 0, 0.0, w * adv)  # A = 0: 0, also where w overflowed (0 x inf was NaN)
+        # A = 0: 0, also where w overflowed (0 x inf was NaN); w A in log space where w alone over- or underflows
+        reward = torch.where(adv == 0, 0.0, weight_times_w_value(log_w, adv.expand_as(log_w)))
         return reward.add_(kl_part(log_u, u)).neg_(), None
 
     # clip == "dual" (Alg. 2): branch on A' = A + C/w = A - beta phi'(u); rows 1/4 active, rows 2/3/5 constant.
