@@ -131,6 +131,35 @@ def test_numpy_and_fraction_numbers_are_accepted_as_their_float():
         RPGOptions(beta=np.bool_(True)).check()
 
 
+def test_one_value_of_numpy_or_torch_is_taken_as_python_s():
+    """A probe's: a numpy bool for `kl_in_clip`, and a 0-dim tensor or array for a number (a beta computed as a
+    tensor, a clamp read from an array), were refused as not a bool / not a real number. Each is taken as its
+    `.item()` (exact: the loss and gradient equal the Python value's); a tensor that requires grad or is on the meta
+    device is refused in one line: options are constants."""
+    import numpy as np
+
+    given = dict(divergence="fkl", style="differentiable", clip="dual", beta=torch.tensor(0.25, dtype=torch.float32),
+                 eps_low=np.array(0.2, dtype=np.float32),
+                 eps_high=torch.tensor(0.28, dtype=torch.float64), c=torch.tensor(3), kl_in_clip=np.bool_(False),
+                 kl_value_clamp=np.float32(7.5))  # fmt: skip
+    checked = RPGOptions(**given).check()
+    assert checked.kl_in_clip is False and type(checked.c) is int
+    assert checked.beta == 0.25 and checked.eps_low == float(np.float32(0.2)) and checked.eps_high == 0.28
+    assert RPGOptions(kl_in_clip=torch.tensor(True)).check().kl_in_clip is True
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], dtype=torch.float64, requires_grad=True)
+    old, adv, mask = logp.detach() - 0.3, torch.tensor([1.0, -1.0], dtype=torch.float64), torch.ones(2, 2)
+    out = [rpg_loss(logp, old, adv, mask, **opts).loss for opts in (given, checked.kwargs())]
+    assert torch.equal(out[0], out[1])
+    assert torch.equal(*(torch.autograd.grad(x, logp)[0] for x in out))
+    for bad, match in ((torch.tensor(0.1, requires_grad=True), "requires grad"), (torch.zeros((), device="meta"),
+                       "meta device"), (torch.tensor([0.1]), "a real number")):  # fmt: skip
+        with pytest.raises(OptionError, match=f"beta must be .*{match}") as info:
+            rpg_loss(logp, old, adv, mask, **{**given, "beta": bad})
+        assert "\n" not in str(info.value)
+    with pytest.raises(OptionError, match="kl_in_clip must be true or false"):
+        RPGOptions(kl_in_clip=np.int64(1)).check()
+
+
 def test_unused_lists_exactly_the_options_rpg_loss_ignores_and_used_resets_them():
     """`unused` names an option only where the loss is the same whatever its value (checked here by computing it), and
     the KL clamp only without a separate KL term; `used` sets those to their defaults and leaves the rest."""

@@ -27,11 +27,13 @@ return of every valid token is R_i. The (B, T) outputs are 0 on padding.
 
 from __future__ import annotations
 
+import numbers
 from typing import Protocol
 
 import torch
 
 from rpgrl.objectives.checks import require_tensors
+from rpgrl.options import scalar
 from rpgrl.registry import Registry
 
 GRPO_EPS = 1e-6
@@ -69,7 +71,7 @@ def grpo_advantage(
     """A_i = (R_i - group mean) / (group std + eps), std with Bessel correction; a size-1 group uses mean 0, std 1
     (so A = R / (1 + eps)), as verl does. Shapes: rewards, group: (B,); mask: (B, T) -> (B,)."""
     _check(rewards, group, mask)
-    _check_eps(eps)
+    eps = _check_eps(eps)
     r = rewards.double()
     mean, var, n = _group_moments(r, group)
     spread = var > 0  # sqrt's backward at 0 is inf (x 0 = NaN): an all-equal group's std is 0 with gradient 0
@@ -118,7 +120,7 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
     mu = token-weighted mean, var = token-weighted variance with Bessel correction over the token count N
     (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Computed in float64, returned in values' dtype. Shapes: values,
     mask: (B, T) -> (B, T); values finite where mask is set, mask bool or 0/1."""
-    _check_eps(eps)
+    eps = _check_eps(eps)
     if not isinstance(values, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise ValueError(f"whiten: values and mask must be tensors, got {type(values).__name__} and "
                          f"{type(mask).__name__}")  # fmt: skip
@@ -178,10 +180,13 @@ def _group_moments(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Te
     return mean, var, n[inv]
 
 
-def _check_eps(eps: float) -> None:
-    # eps guards a zero spread (a group or batch with equal rewards): 0 would give 0/0 = NaN, < 0 flips signs
-    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0 < eps < float("inf")):
+def _check_eps(eps: float) -> float:
+    """`eps` as a Python float (numpy's scalars and 0-dim arrays or tensors taken as their value). It guards a zero
+    spread (a group or batch with equal rewards): 0 would give 0/0 = NaN, < 0 flips signs."""
+    eps = scalar(eps, "eps")
+    if not (isinstance(eps, numbers.Real) and not isinstance(eps, bool) and 0 < eps < float("inf")):
         raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+    return float(eps)
 
 
 def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> None:

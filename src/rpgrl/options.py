@@ -140,24 +140,27 @@ class RPGOptions:
 
     def check(self) -> RPGOptions:
         """Raise `OptionError` (one line, naming the option) for options `rpg_loss` cannot use. Returns the options
-        with each number as a Python float or int (a numpy scalar or a Fraction is accepted; torch takes these)."""
-        self.check_values()
-        _need(self.clip != "truncate" or self.style == "reinforce", "clip",
+        with each number as a Python float or int (a numpy scalar, a one-number array or tensor, or a Fraction is
+        accepted; torch takes these) and `kl_in_clip` as a Python bool."""
+        o = self.check_values()
+        _need(o.clip != "truncate" or o.style == "reinforce", "clip",
               "clip='truncate' (truncated importance weights, Remark F.2) needs style='reinforce'")  # fmt: skip
-        _need(self.kl_value_clamp is None or self.separate_kl, "kl_value_clamp", "kl_value_clamp clamps a separate "
+        _need(o.kl_value_clamp is None or o.separate_kl, "kl_value_clamp", "kl_value_clamp clamps a separate "
               "KL term: use style='differentiable' with clip=None or kl_in_clip=False")  # fmt: skip
-        return dataclasses.replace(self, **{name: _plain(getattr(self, name)) for name in _NUMBERS})
+        return dataclasses.replace(o, **{name: _plain(getattr(o, name)) for name in _NUMBERS})
 
     def check_values(self) -> RPGOptions:
-        """Each option on its own (choices, ranges), not the rules that tie two options together. Returns self."""
+        """Each option on its own (choices, ranges), not the rules that tie two options together. Returns the options
+        with numpy's and torch's single values as Python's (`scalar`)."""
+        o = dataclasses.replace(self, **{f.name: scalar(getattr(self, f.name), f.name) for f in _FIELDS})
         for name, valid in _CHOICES.items():
-            value = getattr(self, name)
+            value = getattr(o, name)
             if value not in valid:
                 raise OptionError(name, f"unknown {name} {value!r}; valid: {', '.join(repr(v) for v in valid)}")
-        _need(isinstance(self.kl_in_clip, bool), "kl_in_clip",  # "false" would act as True
-              f"kl_in_clip must be true or false (a bool), got {self.kl_in_clip!r}")  # fmt: skip
+        _need(isinstance(o.kl_in_clip, bool), "kl_in_clip",  # "false" would act as True
+              f"kl_in_clip must be true or false (a bool), got {o.kl_in_clip!r}")  # fmt: skip
         for name in _NUMBERS:
-            value = getattr(self, name)
+            value = getattr(o, name)
             if value is None and name in ("kl_value_clamp", "max_log_w"):
                 continue
             if not _real(value):
@@ -165,16 +168,16 @@ class RPGOptions:
             if isinstance(value, int) and abs(value) >= 2**63:  # torch takes a Python int as int64 (or fails)
                 raise OptionError(name, f"{name} must be a float or an int below 2**63, got an int of "
                                         f"{len(str(abs(value)))} digits")  # fmt: skip
-        _need(0 <= self.beta < math.inf, "beta", f"beta must be finite and >= 0, got {self.beta}")
-        _need(0 <= self.eps_low <= 1, "eps_low", f"eps_low must be in [0, 1] (lower bound 1 - eps_low >= 0), got "
-              f"{self.eps_low}")  # fmt: skip
-        _need(self.eps_high >= 0, "eps_high", f"eps_high must be >= 0, got {self.eps_high}")
-        _need(self.c > 1, "c", f"c must be > 1 (dual-clip cap on w for negative advantages), got {self.c}")
-        k, m = self.kl_value_clamp, self.max_log_w
+        _need(0 <= o.beta < math.inf, "beta", f"beta must be finite and >= 0, got {o.beta}")
+        _need(0 <= o.eps_low <= 1, "eps_low", f"eps_low must be in [0, 1] (lower bound 1 - eps_low >= 0), got "
+              f"{o.eps_low}")  # fmt: skip
+        _need(o.eps_high >= 0, "eps_high", f"eps_high must be >= 0, got {o.eps_high}")
+        _need(o.c > 1, "c", f"c must be > 1 (dual-clip cap on w for negative advantages), got {o.c}")
+        k, m = o.kl_value_clamp, o.max_log_w
         _need(k is None or (_real(k) and k > 0), "kl_value_clamp", f"kl_value_clamp must be none or > 0, got {k!r}")
         _need(m is None or (_real(m) and 0 < m < math.inf), "max_log_w",  # log w is 0 on policy: M <= 0 stops it all
               f"max_log_w must be none or finite and > 0, got {m!r}")  # fmt: skip
-        return self
+        return o
 
     def kwargs(self) -> dict[str, Any]:
         """The options as `rpg_loss` keyword arguments."""
@@ -199,6 +202,19 @@ def none_word(value: Any) -> Any:
 
 
 _NUMBERS = ("beta", "eps_low", "eps_high", "c", "kl_value_clamp", "max_log_w")
+_FIELDS = dataclasses.fields(RPGOptions)
+
+
+def scalar(x: Any, name: str = "value") -> Any:
+    """`x` as Python's bool, int or float where it is one value of numpy or torch (a numpy scalar of any width, a
+    0-dim array or tensor: `.item()`, exact), else `x` itself, to be checked as given. A tensor that requires grad
+    or holds no data (meta) is refused: options are constants (`.item()` would cut a graph its caller may mean)."""
+    if x is None or type(x) in (bool, int, float, str) or getattr(x, "ndim", None) != 0 or not hasattr(x, "item"):
+        return x  # Python's own, a Fraction, a list, an array of several values: the checks name them
+    if getattr(x, "requires_grad", False) or getattr(x, "is_meta", False):
+        what = "requires grad" if x.requires_grad else "is on the meta device (no value)"
+        raise OptionError(name, f"{name} must be a constant number, got a tensor that {what}: pass a float")
+    return x.item()
 
 
 def _real(x: Any) -> bool:
@@ -226,5 +242,5 @@ def rpg_field(name: str, help: str | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"help": help or field_docs(RPGOptions)[name]})
 
 
-__all__ = ["RPGOptions", "OptionError", "rpg_field", "none_word", "DIVERGENCES", "STYLES", "LEVELS", "AGG_MODES",
-           "CLIPS", "BRANCHES", "ANALOGUES"]  # fmt: skip
+__all__ = ["RPGOptions", "OptionError", "rpg_field", "none_word", "scalar", "DIVERGENCES", "STYLES", "LEVELS",
+           "AGG_MODES", "CLIPS", "BRANCHES", "ANALOGUES"]  # fmt: skip

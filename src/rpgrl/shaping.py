@@ -4,14 +4,17 @@
     group_filter_keep    keep a prompt group iff its accuracies are not all equal, or it has one response
 
 The accumulation of generation batches until enough groups are kept (and the abort after too many batches)
-is orchestration and lives with the rollout code. Imports torch only.
+is orchestration and lives with the rollout code. Imports torch (and `rpgrl.options.scalar`) only.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
+
+from rpgrl.options import scalar
 
 
 def overlong_penalty(
@@ -37,12 +40,16 @@ def overlong_penalty(
         raise ValueError(f"lengths must be (B,) real numbers, got {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be (B,), got shape {tuple(lengths.shape)}")
+    max_len, buffer, factor = scalar(max_len, "max_len"), scalar(buffer, "buffer"), scalar(factor, "factor")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (max_len, buffer)):
         raise ValueError(f"max_len and buffer must be ints, got {max_len!r} and {buffer!r}")
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
+        raise ValueError(f"factor must be a number, got {factor!r}")
     if not 0 < buffer <= max_len:
         raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
     if not (math.isfinite(factor) and factor >= 0):
         raise ValueError(f"factor must be finite and >= 0, got {factor}")
+    factor = float(factor)
     if lengths.numel():
         if not torch.isfinite(lengths).all() or lengths.min() < 0:
             raise ValueError("lengths must be finite and >= 0")

@@ -128,6 +128,35 @@ def test_ppo_takes_numpy_numbers_as_rpg_loss_does_and_a_bool_normalizer_is_refus
             fn(True)
 
 
+def test_every_numeric_option_takes_numpy_scalars_of_any_width_and_0_dim_tensors():
+    """A probe's: numpy float32 clamps were refused by `kl_penalty` (float64 ones passed, a float subclass), as was
+    an eps of the advantages or a numpy int length of the overlong penalty; 0-dim tensors were refused by every loss.
+    Each is now taken as its Python value, so the result equals the float's."""
+    np = pytest.importorskip("numpy")
+    from rpgrl.advantages import get_advantage
+    from rpgrl.objectives.kl import kl_penalty
+    from rpgrl.shaping import overlong_penalty
+
+    lp, ref = torch.tensor([[-1.0, -30.0]]), torch.tensor([[-1.5, -1.0]])
+    for clamp in (np.float32(10.0), np.float16(10.0), np.array(10.0), torch.tensor(10.0)):
+        assert torch.equal(kl_penalty(lp, ref, "k3", value_clamp=clamp, log_ratio_clamp=clamp),
+                           kl_penalty(lp, ref, "k3", value_clamp=10.0, log_ratio_clamp=10.0))  # fmt: skip
+    r, g, m = torch.tensor([0.0, 1.0, 1.0]), torch.tensor([0, 0, 0]), torch.ones(3, 2)
+    for name in ("grpo", "reinforce_pp"):
+        assert torch.equal(get_advantage(name)(r, g, m, eps=np.float32(1e-6)),
+                           get_advantage(name)(r, g, m, eps=float(np.float32(1e-6))))  # fmt: skip
+    n = torch.tensor([1, 9, 10])
+    assert torch.equal(overlong_penalty(n, np.int64(10), np.int32(4), np.float32(0.5)), overlong_penalty(n, 10, 4, 0.5))
+    old = torch.tensor([[-1.5, -1.0]])
+    kw = dict(kl="k3", ref_logp=old, beta=torch.tensor(0.1), kl_clamp=np.float32(5.0), eps_low=np.array(0.2))
+    out = ppo_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), **kw, normalizer=np.array(2.0))
+    ref_out = ppo_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), kl="k3", ref_logp=old, beta=float(
+        torch.tensor(0.1)), kl_clamp=5.0, eps_low=0.2, normalizer=2.0)  # fmt: skip
+    assert torch.equal(out.loss, ref_out.loss)
+    with pytest.raises(ValueError, match="value_clamp must be a constant number, got a tensor that requires grad"):
+        kl_penalty(lp, ref, "k3", value_clamp=torch.tensor(1.0, requires_grad=True))
+
+
 # --------------------------------------------------------------------------------------------- KL helper functions
 
 

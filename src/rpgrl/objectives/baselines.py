@@ -39,6 +39,7 @@ from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
 from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3, weight_times_w
 from rpgrl.objectives.reduce import aggregate, masked_mean
+from rpgrl.options import scalar
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
 KL_KINDS = ("k1", "k3", "k3_corrected")
@@ -87,9 +88,7 @@ def ppo_loss(
     clip/frac_high (A > 0, w >= 1+eps_high), clip/frac_dual (A < 0, w >= c); fractions are local token means. The
     loss and KL metrics are computed in float64; every metric saturates at +-1e30 (`base.METRIC_LIMIT`), never inf.
     """
-    _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
-    eps_low, eps_high, beta = float(eps_low), float(eps_high), float(beta)  # numpy's scalars as Python floats
-    clip_c, kl_clamp = (None if v is None else float(v) for v in (clip_c, kl_clamp))
+    eps_low, eps_high, clip_c, beta, kl_clamp = _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
     m = check_tensors(logp, old_logp, advantages, mask, {"ref_logp": ref_logp}, loss="ppo_loss")
     check_finite({"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "advantages": advantages}, m)
     logp = finite_gradient(logp, "ppo_loss")
@@ -344,13 +343,17 @@ def _check_options(
     beta: float,
     ref_logp: torch.Tensor | None,
     kl_clamp: float | None,
-) -> None:
-    values = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta, "clip_c": clip_c, "kl_clamp": kl_clamp}
+) -> tuple[float, float, float | None, float, float | None]:
+    """Raise ValueError (one line) for an option ppo_loss cannot use; returns eps_low, eps_high, clip_c, beta and
+    kl_clamp as Python floats (numpy's scalars and 0-dim arrays or tensors as `RPGOptions` takes them)."""
+    values = {"eps_low": eps_low, "eps_high": eps_high, "clip_c": clip_c, "beta": beta, "kl_clamp": kl_clamp}
+    values = {name: scalar(v, name) for name, v in values.items()}
     for name, v in values.items():  # clip_c and kl_clamp may be None (off)
         if (v is not None or name in ("eps_low", "eps_high", "beta")) and (
-            isinstance(v, bool) or not isinstance(v, numbers.Real)  # numpy's scalars too, as RPGOptions takes them
+            isinstance(v, bool) or not isinstance(v, numbers.Real)
         ):
             raise ValueError(f"{name} must be a number, got {v!r}")
+    eps_low, eps_high, clip_c, beta, kl_clamp = (None if v is None else float(v) for v in values.values())
     if not 0 <= eps_low <= 1:
         raise ValueError(f"eps_low must be in [0, 1], got {eps_low}")
     if not eps_high >= 0:
@@ -367,6 +370,7 @@ def _check_options(
         raise ValueError("ref_logp / kl_clamp are only used by the KL term; set kl or drop them")
     if kl_clamp is not None and not kl_clamp > 0:
         raise ValueError(f"kl_clamp must be > 0 (or None), got {kl_clamp}")
+    return eps_low, eps_high, clip_c, beta, kl_clamp
 
 
 __all__ = ["KL_KINDS", "KLKind", "dapo_loss", "grpo_loss", "ppo_loss", "reinforce_pp_loss"]

@@ -15,11 +15,13 @@ importance-weighted forms below have a known expected gradient.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import torch
 
 from rpgrl.objectives.checks import require_tensors
+from rpgrl.options import scalar
 
 Direction = Literal["reverse", "forward"]
 
@@ -323,6 +325,15 @@ def _unmasked(mask: torch.Tensor | None, *logps: torch.Tensor | None) -> tuple[t
                  for t in logps)  # fmt: skip
 
 
+def _clamp(v, name: str) -> float | None:
+    """A clamp of `kl_penalty` as a Python float (numpy's scalars of any width and 0-dim arrays or tensors taken as
+    their value), or None; ValueError unless finite and > 0."""
+    v = scalar(v, name)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf):
+        raise ValueError(f"{name} must be a finite number > 0 (or None), got {v!r}")
+    return None if v is None else float(v)
+
+
 # verl `kl_penalty` names (with the aliases of recent verl) -> what they compute from lr = logp - ref_logp.
 KL_PENALTY_NAMES = ("abs", "k1", "k2", "k3", "kl", "low_var_kl", "mse")
 
@@ -361,9 +372,7 @@ def kl_penalty(
     is_k3 = name in ("low_var_kl", "k3")
     if (value_clamp is not None or log_ratio_clamp is not None) and not is_k3:
         raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")
-    for key, v in (("value_clamp", value_clamp), ("log_ratio_clamp", log_ratio_clamp)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
-            raise ValueError(f"{key} must be a finite number > 0 (or None), got {v!r}")
+    value_clamp, log_ratio_clamp = _clamp(value_clamp, "value_clamp"), _clamp(log_ratio_clamp, "log_ratio_clamp")
     logp, ref_logp = _unmasked(mask, logp, ref_logp)
     lr = logp - ref_logp
     if name in ("kl", "k1"):

@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-from rpgrl.options import AGG_MODES  # noqa: F401 (declared with the other RPG options)
+from rpgrl.options import AGG_MODES, scalar  # noqa: F401 (AGG_MODES: declared with the other RPG options)
 
 
 def _keep(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -43,13 +43,18 @@ MIN_NORMALIZER = 2.0**-20
 global count / the data-parallel size, below 1 when a batch has fewer tokens than processes)."""
 
 
-def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
+def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.Tensor | None:
     """ValueError unless `normalizer` is None or one finite number >= MIN_NORMALIZER (a zero, negative or NaN count
     would silently give an inf, sign-flipped or NaN loss, and a tiny one multiplies every gradient: at 1e-39 a loss
-    of 0 came with infinite gradients). A tensor costs one host sync."""
+    of 0 came with infinite gradients). A tensor costs one host sync. Returns it, a numpy scalar or 0-dim array as
+    Python's number."""
     if normalizer is None:
-        return
+        return None
+    if not isinstance(normalizer, torch.Tensor):
+        normalizer = scalar(normalizer, "normalizer")
     if isinstance(normalizer, torch.Tensor):
+        if normalizer.is_meta:
+            raise ValueError("normalizer is a meta tensor (no value): pass the count as a number")
         if normalizer.numel() != 1:
             raise ValueError(f"normalizer must be one number, got a tensor of shape {tuple(normalizer.shape)}")
         if normalizer.dtype == torch.bool or normalizer.is_complex():  # True counted as 1; complex has no >=
@@ -68,6 +73,7 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> None:
         shown = f"an int of {len(str(abs(normalizer)))} digits" if big else normalizer
         raise ValueError(f"normalizer must be a finite count >= 2**-20 (of tokens or responses, per process), "
                          f"got {shown}")  # fmt: skip
+    return normalizer
 
 
 def aggregate(
@@ -85,7 +91,7 @@ def aggregate(
     """
     if agg not in AGG_MODES:
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
-    check_normalizer(normalizer)
+    normalizer = check_normalizer(normalizer)
     _check_mask(per_token, mask, empty_ok=normalizer is not None or agg != "token-mean")
     normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer  # (1,): a scalar loss
     if per_token.dtype in (torch.float16, torch.bfloat16):  # summed in float32: a half-precision sum overflows (or

@@ -134,7 +134,7 @@ def rpg_loss(
     o = RPGOptions(divergence=divergence, style=style, beta=beta, level=level, agg=agg, clip=clip, eps_low=eps_low,
                    eps_high=eps_high, c=c, branch=branch, kl_in_clip=kl_in_clip, analogue=analogue,
                    kl_value_clamp=kl_value_clamp, max_log_w=max_log_w).check()  # fmt: skip
-    check_normalizer(normalizer)
+    normalizer = check_normalizer(normalizer)
     logp = finite_gradient(logp, "rpg_loss")
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
     if style == "differentiable":
