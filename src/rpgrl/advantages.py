@@ -32,7 +32,7 @@ from typing import Protocol
 
 import torch
 
-from rpgrl.objectives.checks import require_tensors
+from rpgrl.objectives.checks import require_data, require_tensors
 from rpgrl.options import scalar
 from rpgrl.registry import Registry
 
@@ -124,6 +124,7 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
     if not isinstance(values, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise ValueError(f"whiten: values and mask must be tensors, got {type(values).__name__} and "
                          f"{type(mask).__name__}")  # fmt: skip
+    require_data(values=values, mask=mask)
     if values.dim() != 2 or mask.shape != values.shape:
         raise ValueError(f"whiten: values must be (B, T) and mask of its shape, got {tuple(values.shape)} and "
                          f"{tuple(mask.shape)}")  # fmt: skip

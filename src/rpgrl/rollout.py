@@ -32,6 +32,7 @@ from rpgrl.decode import StaticDecoder, supported
 from rpgrl.errors import Diverged, UsageError
 from rpgrl.packed import response_states as packed_response_states
 from rpgrl.packed import supported as packed_supported
+from rpgrl.trainer.device import usable_device
 
 MIN_TEMPERATURE = 1e-8
 """The least sampling temperature (as `rollout.temperature`): below it logits / temperature overflow float32, and
@@ -202,7 +203,7 @@ def make_rollout(
         raise ValueError("make_rollout: empty prompt (encode at least one token, e.g. BOS)")
     eos = _eos_ids(None, tokenizer, eos_token_ids)
     pad = _pad_id(tokenizer, eos)
-    device = torch.device(device)
+    device = usable_device(device, "make_rollout: device")
     p_ids, p_mask = _left_pad(prompts, pad, device)
     T = max(1, max(len(r) for r in responses))
     r_ids = torch.full((len(responses), T), pad, dtype=torch.long)

@@ -991,3 +991,23 @@ def test_rpg_unclipped_ratio_where_w_alone_leaves_the_dtype(style, log_w, adv, l
     rel = 1e-6 if dtype == torch.float32 else 1e-12
     assert out.loss.item() == pytest.approx(want_loss, rel=rel, abs=0.0)
     assert lp.grad[0].tolist() == pytest.approx([want_grad] * T, rel=rel, abs=0.0)
+
+
+def test_meta_tensors_are_named_in_one_line():
+    """A probe's: log-probs of a model built on the meta device and never loaded reached the losses, which failed
+    with torch's "Tensor.item() cannot be called on meta tensors" (kl_penalty returned a meta tensor)."""
+    meta, cpu = torch.zeros(2, 3, device="meta"), torch.zeros(2, 3)
+    adv, mask = torch.zeros(2), torch.ones(2, 3)
+    calls = {
+        "logp": lambda: rpg_loss(meta, cpu, adv, mask, divergence="urkl", style="reinforce", beta=0.1),
+        "old_logp": lambda: ppo_loss(cpu, meta, adv, mask),
+        "ref_logp": lambda: kl_penalty(cpu, meta, "k3"),
+        "per_token": lambda: aggregate(meta, mask),
+        "normalizer": lambda: aggregate(cpu, mask, normalizer=torch.tensor(2.0, device="meta")),
+        "rewards": lambda: ADVANTAGES.get("grpo")(torch.zeros(2, device="meta"), torch.tensor([0, 0]), mask),
+        "values": lambda: whiten(meta, mask),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"^{name} is a meta tensor") as info:
+            call()
+        assert "\n" not in str(info.value)

@@ -125,3 +125,22 @@ def test_clip_grad_norm_equals_torch_bit_for_bit(scale):
         assert abs(torch.nn.utils.get_total_norm([p.grad for p in ours]).item() - 1.0) < 1e-5
     if scale == 0.9:
         assert all(torch.equal(p.grad, g) for p, g in zip(ours, grads, strict=True))
+
+
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "mps", "gpu", "cuda:x", "meta", "", 3.5])
+def test_a_device_this_machine_lacks_is_one_line_naming_it_and_what_is_here(name, monkeypatch):
+    """`make_rollout(device="cuda")` without CUDA raised torch's AssertionError ("Torch not compiled with CUDA
+    enabled"), `gpu` a list of 20 device types, `meta` a NotImplementedError; now a UsageError before any tensor."""
+    from rpgrl.models import build_char_tokenizer
+    from rpgrl.rollout import make_rollout
+    from rpgrl.trainer.device import usable_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if name in ("cuda", "cuda:0") and torch.cuda.is_initialized():
+        pytest.skip("CUDA is in use by this process")
+    with pytest.raises(UsageError, match=r"make_rollout: device: .*available here: cpu$") as info:
+        make_rollout(build_char_tokenizer("ab"), [[1]], [[2]], device=name)
+    assert "\n" not in str(info.value) and (name == "meta" or repr(name) in str(info.value))
+    assert usable_device("cpu") == torch.device("cpu") and usable_device(torch.device("cpu:0")).index == 0

@@ -42,10 +42,26 @@ def finite_gradient(logp: torch.Tensor, loss: str) -> torch.Tensor:
 
 
 def require_tensors(optional: tuple[str, ...] = (), **named: torch.Tensor | None) -> None:
-    """ValueError naming the first argument that is not a tensor; None passes for the names in `optional`."""
+    """ValueError naming the first argument that is not a tensor (None passes for the names in `optional`), then
+    `require_data`'s."""
     for name, t in named.items():
         if not isinstance(t, torch.Tensor) and not (t is None and name in optional):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    require_data(**named)
+
+
+def require_data(**named: torch.Tensor | None) -> None:
+    """ValueError naming the first tensor on the meta device (shapes, no values: a model built on it and never
+    loaded; torch's error came from deep inside the loss) or on another device than the first tensor."""
+    given = {name: t for name, t in named.items() if isinstance(t, torch.Tensor)}
+    for name, t in given.items():
+        if t.is_meta:
+            raise ValueError(f"{name} is a meta tensor (shapes, no values): load the model's weights, or compute it "
+                             "on a real device")  # fmt: skip
+    first, device = next(((n, t.device) for n, t in given.items()), (None, None))
+    for name, t in given.items():
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but {first} is on {device}: pass every tensor on one device")
 
 
 def check_tensors(

@@ -12,6 +12,7 @@ import numbers
 
 import torch
 
+from rpgrl.objectives.checks import require_data
 from rpgrl.options import AGG_MODES, scalar  # noqa: F401 (AGG_MODES: declared with the other RPG options)
 
 
@@ -113,6 +114,7 @@ def _check_mask(per_token: torch.Tensor, mask: torch.Tensor, empty_ok: bool) -> 
     if not isinstance(per_token, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise ValueError(f"per_token and mask must be tensors, got {type(per_token).__name__} and "
                          f"{type(mask).__name__}")  # fmt: skip
+    require_data(per_token=per_token, mask=mask)
     if per_token.dim() != 2 or mask.shape != per_token.shape:
         raise ValueError(f"per_token must be (B, T) and mask of its shape, got {tuple(per_token.shape)} and "
                          f"{tuple(mask.shape)}")  # fmt: skip

@@ -24,6 +24,36 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def available_devices() -> list[str]:
+    """The devices torch can use on this machine: cpu, each CUDA device, mps."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available() else [])]
+
+
+def usable_device(device: torch.device | str, key: str = "device") -> torch.device:
+    """`device` as a torch.device this machine has. UsageError (a ValueError; one line naming it and the devices
+    available) for a malformed name (`gpu`, `cuda:x`), a device torch cannot use here (cuda without CUDA, mps
+    without MPS, cuda:3 on one GPU: torch's own errors were an AssertionError or a list of 20 device types) or meta,
+    which holds no data."""
+    here = f"available here: {', '.join(available_devices())}"
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(f"{key}: {device!r} is not a device name (cpu, cuda, cuda:0, mps); {here}") from None
+    if d.type == "meta":
+        raise UsageError(f"{key}: meta holds shapes, no data; {here}")
+    cuda = torch.cuda.is_available() and (d.index or 0) < torch.cuda.device_count()
+    ok = {"cuda": cuda, "mps": torch.backends.mps.is_available()}.get(d.type, True)
+    try:
+        if ok:
+            torch.empty(0, device=d)  # also another backend (xpu, hpu, ...): torch says whether it is there
+    except (RuntimeError, AssertionError):  # (torch built without CUDA asserts)
+        ok = False
+    if not ok:
+        raise UsageError(f"{key}: {str(d)!r} is not a device torch can use on this machine; {here}")
+    return d
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of the model's parameters (where every tensor the trainer makes must go)."""
     return next(model.parameters()).device
