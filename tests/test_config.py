@@ -127,6 +127,8 @@ def test_derived_values_are_properties():
         ([("optim.eps", "1e-46")], "optim.eps must be >= 1.175e-38"),  # 0 in float32
         ([("loss.max_log_w", "-1e30")], "max_log_w must be none or finite and > 0"),  # every gradient stopped
         ([("rollout.temperature", "1e-300")], "rollout.temperature must be >= 1e-8"),  # logits / T overflow
+        # above 1e4 float32 log-probs lose the logits' differences (at 1e30 the gradient was 0)
+        ([("rollout.temperature", "1e30")], "rollout.temperature must be <= 1e4 (above, float32 log-probs"),
         ([("train.seed", str(2**63))], "train.seed must be in [0, 2**63 - 1]"),  # torch's generators: 64 bits
         ([("train.seed", "-1")], "train.seed must be in [0, 2**63 - 1]"),
         ([("train.threads", "100000")], "train.threads must be <= 4 x the"),  # crashed the process

@@ -3,12 +3,17 @@ float64 full-logits log-softmax, exact first-token distributions, and per-row lo
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 import torch
 
 from rpgrl.errors import Diverged, UsageError
 from rpgrl.models import build_char_tokenizer, build_tiny_model
 from rpgrl.rollout import (
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
     Rollout,
     cat_rollouts,
     categorical,
@@ -275,6 +280,14 @@ def test_sample_bad_input(model, tok):
     r = sample(model, tok, p, max_new_tokens=4, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match=r"token_logprobs: temperature must be >= 1e-08 .*got 1e-40"):
         token_logprobs(model, r, temperature=1e-40)  # the log-probs came back NaN
+    # 1e30: every log-prob was -log V and the gradient 0 (the config's bound is the same: rollout.temperature)
+    for bad in (1e30, math.inf, math.nan):
+        with pytest.raises(ValueError, match=f"sample: temperature must be .*got {re.escape(str(bad))}"):
+            sample(model, tok, p, max_new_tokens=4, temperature=bad)
+        with pytest.raises(ValueError, match=f"token_logprobs: temperature must be .*got {re.escape(str(bad))}"):
+            token_logprobs(model, r, temperature=bad)
+    assert (MIN_TEMPERATURE, MAX_TEMPERATURE) == (1e-8, 1e4)  # as config.py's check states them
+    token_logprobs(model, r, temperature=MAX_TEMPERATURE)
     with pytest.raises(ValueError, match="top_p"):
         sample(model, tok, p, max_new_tokens=4, top_p=0.0)
     with pytest.raises(ValueError, match="empty prompt"):

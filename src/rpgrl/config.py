@@ -93,7 +93,7 @@ class RolloutConfig:
     max_new_tokens: int = 48
     """response length limit in tokens (the paper: 2048)"""
     temperature: float = 1.0
-    """sampling temperature; log-probs are computed from logits divided by it"""
+    """sampling temperature, in [1e-8, 1e4]; log-probs are computed from logits divided by it"""
     top_p: float = 1.0
     """nucleus sampling threshold (1.0 = off; top-k is always off)"""
     gen_batch_size: int = 256
@@ -567,8 +567,10 @@ def _check_rollout_and_loss(cfg: Config) -> None:
     g1_ok = r.group_filter == "off" and lo.advantage.startswith("reinforce_pp")  # a batch baseline can use G = 1
     _need(r.group_size >= 2 or g1_ok, "rollout.group_size", "must be >= 2: a group of one response has no baseline "
           "and the group filter drops it (only reinforce_pp advantages with group_filter off can use 1)")  # fmt: skip
-    _need(r.temperature >= 1e-8, "rollout.temperature",
+    _need(r.temperature >= 1e-8, "rollout.temperature",  # rollout.MIN_TEMPERATURE and MAX_TEMPERATURE
           f"must be >= 1e-8 (logits / temperature stay finite in float32), got {r.temperature}")  # fmt: skip
+    _need(r.temperature <= 1e4, "rollout.temperature", f"must be <= 1e4 (above, float32 log-probs of logits / "
+          f"temperature lose the logits' differences, and the gradient with them), got {r.temperature}")  # fmt: skip
     _need(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1], got {r.top_p}")
     _need(r.overlong_buffer <= r.max_new_tokens, "rollout.overlong_buffer", "must be <= rollout.max_new_tokens")
     _need(0 <= r.overlong_factor <= REWARD_LIMIT, "rollout.overlong_factor",

@@ -37,6 +37,20 @@ from rpgrl.trainer.device import usable_device
 MIN_TEMPERATURE = 1e-8
 """The least sampling temperature (as `rollout.temperature`): below it logits / temperature overflow float32, and
 sampling failed as if the weights had diverged (1e-40) or log-probs came back NaN."""
+MAX_TEMPERATURE = 1e4
+"""The largest sampling temperature (as `rollout.temperature`): above it the float32 log-probs of logits / temperature
+(about -log V, rounded to ~1e-6) lose the logits' differences, and with them the log-ratios the loss is made of
+(50,000 logits of spread 3: 8e-4 off at 1e4, 28% at 1e5, all equal from 1e8; at 1e30 the gradient was 0)."""
+
+
+def check_temperature(temperature: float, where: str) -> None:
+    """ValueError (one line, prefixed with `where`) unless MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE."""
+    if not temperature >= MIN_TEMPERATURE:
+        raise ValueError(f"{where}: temperature must be >= {MIN_TEMPERATURE:g} (logits / temperature stay finite in "
+                         f"float32; use greedy=True for argmax), got {temperature}")  # fmt: skip
+    if not temperature <= MAX_TEMPERATURE:
+        raise ValueError(f"{where}: temperature must be <= {MAX_TEMPERATURE:g} (above, float32 log-probs of logits / "
+                         f"temperature lose the logits' differences), got {temperature}")  # fmt: skip
 
 
 @dataclass
@@ -451,9 +465,7 @@ def sample(
         raise ValueError(f"sample: prompt {i} holds token id {t}, outside the model's vocabulary [0, {vocab})")
     if n < 1 or max_new_tokens < 1:
         raise ValueError(f"sample: need n >= 1 and max_new_tokens >= 1, got {n=}, {max_new_tokens=}")
-    if not temperature >= MIN_TEMPERATURE:
-        raise ValueError(f"sample: temperature must be >= {MIN_TEMPERATURE:g} (logits / temperature stay finite in "
-                         f"float32; use greedy=True for argmax), got {temperature}")  # fmt: skip
+    check_temperature(temperature, "sample")
     if not 0 < top_p <= 1:
         raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
     if batch_size is not None and batch_size < 1:
@@ -717,9 +729,7 @@ def token_logprobs(
     forward when nothing is shared or in train mode) or "auto": packed where `packed.supported(model)`.
     Differentiable when called with grad enabled; the caller chooses train/eval mode.
     """
-    if not temperature >= MIN_TEMPERATURE:
-        raise ValueError(f"token_logprobs: temperature must be >= {MIN_TEMPERATURE:g} (logits / temperature stay "
-                         f"finite in float32), got {temperature}")  # fmt: skip
+    check_temperature(temperature, "token_logprobs")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"token_logprobs: chunk_size must be >= 1, got {chunk_size}")
     _check_plain_lm_head(model)

@@ -823,3 +823,12 @@ def test_a_benchmark_prompt_the_tokenizer_cannot_encode_is_named_by_its_index(ca
     args = [a for a in TINY_ARGS if not a.startswith("--data.num_")]
     err = _fail(capsys, [*args, "--data.train", data, "--eval.benchmarks", bench, "--out", str(tmp_path / "r")])
     assert "error: mybench prompt 2: the model's tokenizer cannot encode the prompt " in err, err
+
+
+def test_a_temperature_past_float32_s_resolution_is_one_line_before_anything_is_written(capsys, tmp_path):
+    """`--rollout.temperature 1e30` ran: every log-prob was -log V and the gradient 0. Above 1e4 it is refused."""
+    out = tmp_path / "run"
+    assert rpgrl_main(["train", "--out", str(out), "--rollout.temperature", "1e30"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rpgrl train: error: rollout.temperature must be <= 1e4") and err.count("\n") == 1
+    assert not out.exists()
