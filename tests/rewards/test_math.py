@@ -818,6 +818,34 @@ EQUIV_TABLE = [
     ("$x = \\boxed{3}$ or $x = -2$. Only the negative root is valid.", "3", False),  # the box's sign rejected
     ("$x = \\boxed{3}$ or $x = 2$. Only the positive root is valid.", "3", False),  # both positive
     ("$x = \\boxed{3}$ or $x = -2$.\n\nOnly the positive root is valid.", "3", False),  # another paragraph
+    # ... and a reason that restates the value in other words: in another simple form (`x = 1.5` for `\\frac{3}{2}`,
+    # `3 \\sqrt{2}` spaced), after a statement of the answer (`the answer is $x = 3$`, `we get $3$`), or with a clause
+    # after it ("and", a line break) that names the other value no more (were hedges, wrong for the box); not a reason
+    # that states another value (`the answer is $x = 2$`: was right for 3, the sign rule read alone) or both again
+    ("$x=-\\frac{1}{2}$ or $x=\\boxed{\\frac{3}{2}}$. Since $x$ is a length, $x = 1.5$.", "\\frac32", True),
+    ("$x=-2$ or $x=\\boxed{1.5}$. Since $x$ is a length, $x = \\frac{3}{2}$.", "\\frac32", True),
+    ("$p=-1$ or $p=\\boxed{\\dfrac{1}{2}}$. Since $p$ is a probability, $p = 0.50$.", "\\frac12", True),
+    ("$x=-3\\sqrt{2}$ or $x=\\boxed{3\\sqrt{2}}$. Since $x$ is a distance, $x = 3 \\sqrt{2}$.", "3\\sqrt2", True),
+    ("$x = \\boxed{\\frac{3}{2}}$ or $x = -\\frac{1}{2}$. Since $x$ is a length, $x = 1.5$.", "\\frac32", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = 3$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the only valid solution is $3$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, we get $3$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the answer is $x = 3$, not $x = -2$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$, and the perimeter is $12$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$ and the perimeter is $12$.", "3", True),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$\nand the perimeter is $12$.", "3", True),
+    ("$x = \\boxed{\\frac{3}{2}}$ or $x = -\\frac{1}{2}$. Since $x$ is a length, $x = 1.5$.", "-\\frac12", False),
+    ("$x=-\\frac{1}{2}$ or $x=\\boxed{\\frac{3}{2}}$. Since $x$ is a length, $x = 1.4$.", "\\frac32", False),
+    ("$x=-\\frac{1}{2}$ or $x=\\boxed{\\frac{3}{2}}$. Since $x$ is a length, $x = -0.5$.", "\\frac32", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 30$.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = 2$.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = -2$.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, $A = 9$.", "3", True),  # a sign kept; A is no answer
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the answer is $x = 3$ or $x = -2$.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is an integer, $x = 3$, and $-2$ also works.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$ and $x = -2$ are both candidates.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is an integer, $x = 3$, and both work.", "3", False),
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, if the answer is $x = 3$, the area is $9$.", "3", False),
     # ... a rejecting word negated or in a condition rejects nothing, after the box as before it (`If $4$ is not
     # allowed, the answer is $3$.`, `we do not reject $x = -2$` were right for 3 since 9e3a9b7 after it); a check in a
     # condition still rejects (`If we substitute $x=-2$, ..., so it is extraneous.`)

@@ -13,6 +13,7 @@ lists them, for `rewards.math` to judge whether they are all one value (`\\boxed
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from rpgrl.rewards.presentation import (
     _DELIMITERS,
@@ -256,33 +257,45 @@ _REJECTING = re.compile(
 )
 
 # a reason, then the value kept stated (`Since $x$ is a length, $x = 3$`, `because $x$ is positive, we get $x = 3$`,
-# `as lengths are positive, $x=3$`): "since", "because" or "as", a property the answer must have (a measure, a
-# sign, an integer), a comma, and `<variable> = <value>` ending its clause; the value is read up to a space, a
-# comma, a semicolon or a period that ends the sentence (`x = 3.5.`), and no other after it (`x = 3 or x = -2`).
-# Its clause ends there, or after one word (a unit: `x = 3$ cm.`, `x = 3$ only.`): at a period or a semicolon, a
-# line's end, or a comma not before "or" / "and" (`x = 3$, so ...`); not a clause that goes on (`$x = 3$ works, and
-# so does $x = -2$`, `$x = 3$ is a solution. $x = -2$ is one too.`, `$k = 3$ gives $9$ and ...` were right for 3)
+# `as lengths are positive, $x=3$`, `..., the answer is $x = 3$`, `..., the only solution is $3$`): "since",
+# "because" or "as", a property the answer must have (a measure, a sign, an integer), a comma, and `<variable> =
+# <value>` or a statement of the answer (`_STATING`) and a value, ending its clause; the value is read up to a
+# space, a comma, a semicolon or a period that ends the sentence (`x = 3.5.`), or to the end of its math (`$x = 3
+# \sqrt{2}$`), and no other after it (`x = 3 or x = -2`). Its clause ends there, or after one word (a unit: `x =
+# 3$ cm.`, `x = 3$ only.`): at a period or a semicolon, a line's end, a comma not before "or", or "and" (`x = 3$,
+# so ...`, `x = 3$, and the area is $9$`); a clause that goes on names no choice (`$x = 3$ is a solution. $x = -2$
+# is one too.`, `$k = 3$ gives $9$ and ...` were right for 3), nor does one after it that names the other value
+# (`$x = 3$ works, and so does $x = -2$`: `_names_other`)
 _PROPERTY = (
     r"(?:length|distance|side|radius|diameter|width|height|area|perimeter|volume|time|age|speed|count|positive"
     r"|non-?negative|integer|whole\s+number|natural\s+number|digit|probability)s?"
 )
+# what states the answer before its value: `the answer is`, `the only valid solution is`, `x must be`, `we get`
+_ANSWER_NOUN = r"(?:the\s+)?(?:(?:only|final|valid|correct|required|positive|negative)\s+){0,2}(?:answer|solution|root)"
+_STATING = (
+    rf"(?P<answer>{_ANSWER_NOUN}\s+(?:is|must\s+be))"
+    r"|(?:it|[A-Za-z]\w{0,3})\s+(?:is|must\s+be|equals)|we\s+(?:get|have|take|keep|find|obtain|choose)"
+)
 _REASON_KEPT = re.compile(
     r"(?<![A-Za-z])(?:since|because|as)\s+[^.;\n]{0,80}?(?<![A-Za-z])(?:is|are|must\s+be|has\s+to\s+be|represents"
     rf"|denotes)\s+(?:(?:a|an|the)\s+)?(?:[A-Za-z-]+\s+){{0,2}}?{_PROPERTY}(?![A-Za-z])[^.;\n]{{0,60}}?,\s*"
-    r"(?:(?:so|then|thus|hence|therefore|we\s+(?:get|have|take|keep))\s+)?"
-    r"\$?\s*[A-Za-z]\w{0,3}\s*=\s*(?P<value>[^$\s,;]+?)\s*\$?(?=[.;,]?(?:\s|$))(?![.;,]?\s*(?:or|and)(?![A-Za-z]))"
-    r"(?:[ \t]+[A-Za-z]+)?(?=[.;](?:\s|$)|[ \t]*(?:\n|$)|,(?!\s*(?:or|and)(?![A-Za-z])))",
+    rf"(?:(?:so|then|thus|hence|therefore)\s+)?(?:(?P<stating>{_STATING})\s+)?"
+    r"(?:\$\s*(?:(?P<math_variable>[A-Za-z]\w{0,3})\s*=\s*)?(?P<math>[^$\n]{1,60}?)\s*\$"
+    r"|(?:(?P<variable>[A-Za-z]\w{0,3})\s*=\s*)?(?P<value>[^$\s,;]+?)\s*\$?)"
+    r"(?=[.;,]?(?:\s|$))(?![.;,]?\s*or(?![A-Za-z]))(?:[ \t]+[A-Za-z]+)?"
+    r"(?=[.;](?:\s|$)|[ \t]*(?:\n|$)|,(?!\s*or(?![A-Za-z]))|\s+and(?![A-Za-z]))",
     re.IGNORECASE,
 )
 
 
 def _rejected(after: str, other: str, kept: str) -> bool:
     """Whether `after`, the text after a box that holds `kept`, rejects `other`, the value before the box's "or":
-    by a sign or by name (`_KEPT_SIGN`, `_REJECTED_SIGN`, `_REJECTING`), or by a reason that states `kept` alone
-    (`_REASON_KEPT`)."""
+    by a reason that states `kept` alone (`_reason_states`), or by a sign or by name (`_KEPT_SIGN`,
+    `_REJECTED_SIGN`, `_REJECTING`), unless a reason states another value (`Since $x$ must be positive, the answer
+    is $x = 2$.`: a hedge still)."""
     after = _PARAGRAPH_BREAK.split(after, maxsplit=1)[0]
-    if _kept_for_reason(after, other, kept):
-        return True
+    if (reason := _reason_states(after, other, kept)) is not None:
+        return reason
     kept_sign, rejected_sign = _KEPT_SIGN.search(after), _REJECTED_SIGN.search(after)
     if kept_sign or rejected_sign:
         sign = next(g for g in (kept_sign or rejected_sign).groups() if g).lower()
@@ -311,14 +324,62 @@ def _rejects(after: str) -> bool:
     return False
 
 
-def _kept_for_reason(after: str, other: str, kept: str) -> bool:
-    """Whether the paragraph `after` a box holding `kept` gives a reason and then states `kept`, not `other`, as the
-    variable's value (`_REASON_KEPT`)."""
+def _reason_states(after: str, other: str, kept: str) -> bool | None:
+    """What a reason in the paragraph `after` a box holding `kept` says of the hedge (`_REASON_KEPT`): True when it
+    states `kept` (in any simple form: `x = 1.5` for `\\frac{3}{2}`, `_same_value`) and not `other`, its sentence
+    naming `other` no more (`_names_other`); False when it states `other`, or states another value for the answer
+    (`the answer is $x = 2$`); else None (no reason, or one stating a value of something else: `A = 9`)."""
     m = _REASON_KEPT.search(after)
-    if m is None:
+    if m is None or not (m.group("stating") or m.group("variable") or m.group("math_variable")):
+        return None
+    stated = m.group("math") if m.group("math") is not None else m.group("value")
+    if not re.search(r"\d", stated):
+        return None
+    if _same_value(stated, other):
         return False
-    stated, kept, other = (re.sub(r"[$\s]", "", v).rsplit("=", 1)[-1] for v in (m.group("value"), kept, other))
-    return stated == kept != other
+    if _same_value(stated, kept) and not _same_value(kept, other):
+        return None if _names_other(_SENTENCE_END.split(after[m.end() :], maxsplit=1)[0], other) else True
+    return False if m.group("answer") else None
+
+
+_NOT_BEFORE = re.compile(r"(?:not|rather\s+than|instead\s+of)[\s$]*(?:[A-Za-z]\w{0,3}\s*=\s*)?$", re.IGNORECASE)
+_SIMPLE_NUMBER = re.compile(r"[-+]?(?:\\[dt]?frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}(?:\.\d{1,30}|/\d{1,30})?)")
+
+
+def _names_other(rest: str, other: str) -> bool:
+    """Whether `rest`, the sentence after a reason's value, names `other` again (`, and so does $x = -2$`, `and $x =
+    -2$ are candidates`), not after "not" (`, not $x = -2$`), or names "both" or "either"."""
+    if re.search(r"(?<![A-Za-z])(?:both|either)(?![A-Za-z])", rest, re.IGNORECASE):
+        return True
+    for m in _SIMPLE_NUMBER.finditer(rest):
+        if _same_value(m.group(), other) and not _NOT_BEFORE.search(rest[: m.start()]):
+            return True
+    return False
+
+
+_FRACTION = re.compile(r"(-?)\\frac\{(\d{1,30})\}\{(\d{1,30})\}")
+_RATIONAL = re.compile(r"[-+]?\d{1,30}(?:\.\d{1,30}|/\d{1,30})?")
+
+
+def _same_value(a: str, b: str) -> bool:
+    """Whether two raw values (`$x = -2$`, `\\frac{3}{2}`, `1.5`, `3 \\sqrt{2}`) are one value: numerically equal
+    when both are simple numbers (an integer, a decimal, a fraction `a/b` or `\\frac{a}{b}`), else equal as written
+    (their spaces, `$`, `\\left` / `\\right` and a `\\dfrac`'s d aside)."""
+    a, b = (_simple_form(v) for v in (a, b))
+    if _RATIONAL.fullmatch(a) and _RATIONAL.fullmatch(b):
+        try:
+            return Fraction(a) == Fraction(b)
+        except ZeroDivisionError:
+            return False
+    return a == b
+
+
+def _simple_form(value: str) -> str:
+    """A raw value's right side without spaces, `$`, `\\left` / `\\right`, `\\,`, with `\\dfrac` / `\\tfrac` as
+    `\\frac` and a fraction of integers as `a/b`."""
+    value = re.sub(r"\$|\s|\\[,!;]|\\left|\\right", "", value).rsplit("=", 1)[-1]
+    value = re.sub(r"\\[dt]frac", r"\\frac", value)
+    return _FRACTION.sub(r"\1\2/\3", value) if _FRACTION.fullmatch(value) else value
 
 
 def _negative(value: str) -> bool:
