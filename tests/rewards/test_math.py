@@ -955,6 +955,48 @@ EQUIV_TABLE = [
     ("Answer: 4\n\nAlternatively, counting the complement also gives $\\boxed{4}$.", "4", True),  # one value
     ("Answer: 4\n\nOr wait, each pair counts twice: $\\boxed{8}$.", "8", True),  # a correction
     ("Answer: 4\n\nWe double check: $\\boxed{8}$.", "8", True),
+    # ... and after a single line break (the answer's display math closed on its own line, an answer line), as a list
+    # item after the answer's, under a heading (`**Alternative approach:**`, `### Alternative method`: the section
+    # up to the next heading), and through a list or display math below a paragraph ending in a colon (were right
+    # for 8: the last box read alone); an error found on the way corrects the answer
+    ("So $\\boxed{4}$\nAlternatively, if order matters, $\\boxed{8}$", "8", False),
+    ("The answer is\n\\[\n\\boxed{4}\n\\]\nAlternatively, if order matters, it is\n\\[\n\\boxed{8}\n\\]", "8", False),
+    (
+        "The answer is\n\\[\n\\boxed{4}\n\\]\nAlternatively, by complement, it is\n\\[\n10 - 6 = \\boxed{4}\n\\]",
+        "4",
+        True,
+    ),
+    ("Answer: 4\nOr, if order matters, $\\boxed{8}$.", "8", False),
+    ("Answer: 4\nAlternatively, by symmetry, $\\boxed{4}$.", "4", True),
+    ("So $\\boxed{4}$.\nOr, wait: each pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
+    ("So $\\boxed{4}$.\nAlternatively, let me recount: I missed $(2,4)$, so it is $\\boxed{5}$.", "5", True),
+    ("- Unordered pairs: $\\boxed{4}$\n- Alternatively, with order: $\\boxed{8}$", "8", False),
+    ("- Unordered pairs: $\\boxed{4}$\n- Alternatively, by complement: $10 - 6 = \\boxed{4}$", "4", True),
+    ("So $\\boxed{4}$.\n\n**Alternative approach:** ordered pairs, halved: $16/2 = \\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n**Alternative approach:** ordered pairs, halved: $8/2 = \\boxed{4}$.", "4", True),
+    ("So $\\boxed{4}$.\n\n**Alternative approach (ordered pairs):** $2 \\times 4 = \\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n### Alternative method\n\nCounting ordered pairs, we get $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n### Alternative method\nCounting ordered pairs, $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n### Alternative method\n\nBy complement, $10 - 6 = \\boxed{4}$.", "4", True),
+    ("So $\\boxed{4}$.\n\n**Alternative approach:** ordered pairs.\n\nEach pair twice: $\\boxed{8}$.", "8", False),
+    ("So $\\boxed{4}$.\n\n### Alternative method\n\nOrdered pairs.\n\n### Final answer\n\n$\\boxed{8}$", "8", True),
+    (
+        "So $\\boxed{4}$.\n\nAlternatively, with order:\n\n- $(1,2)$, $(2,1)$\n- $(3,4)$, $(4,3)$\n\nSo $\\boxed{8}$.",
+        "8",
+        False,
+    ),
+    (
+        "So $\\boxed{4}$.\n\nAlternatively, listing them:\n\n- $\\{1,2\\}$, $\\{1,3\\}$\n- $\\{2,3\\}$, $\\{2,4\\}$\n\n"
+        "$\\boxed{4}$.",
+        "4",
+        True,
+    ),
+    (
+        "So $\\boxed{4}$.\n\nAlternatively, let me recount:\n\n- $(1,2)$, $(2,4)$\n\nI missed $(2,4)$: $\\boxed{5}$.",
+        "5",
+        True,
+    ),
+    ("So $\\boxed{4}$.\n\nAlternatively, if order matters:\n\nwe list them.\n\nSo $\\boxed{8}$.", "8", True),  # no list
     # "Or rather", "Or so it seems" and a doubt asked ("Or is it?", "Or did I overcount?") correct the answer before
     # them, as "Or wait" does: the last box alone (were hedges, wrong for the correction, since 389456a in one
     # paragraph, 1402459 after an answer line, and in two paragraphs before them); not a question that holds the box

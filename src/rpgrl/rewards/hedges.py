@@ -75,7 +75,7 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
 # a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box
 # before it: another answer offered, not a correction (`... the answer is $\boxed{4}$.` then `Alternatively, if we
 # count both orders, $\boxed{8}$.` was right for 8: the last box read alone); not a later paragraph (a step's box), nor
-# "Or wait" / "Or, actually", a correction. In one paragraph the same, by sentences.
+# "Or wait" / "Or, actually", a correction. In one paragraph the same, by sentences or lines.
 # Nor "Or rather", "Or so it seems", or a doubt asked of the answer before it and closed before the box ("Or is it?",
 # "Or did I overcount?", "Or should we count orders? Yes: ..."): corrections too; a question that a condition
 # follows offers another answer (`Or should we count orders? If so, $\boxed{8}$.`: a hedge).
@@ -84,8 +84,12 @@ _DOUBT = (
     r"|(?:is|was|are|were|am|did|do|does|have|has|had|should|could|would|can|will|might|must)\s+"
     r"(?:i|we|it|that|this|they|there)(?![A-Za-z])[^?\n]*\?(?!\s*if(?![A-Za-z]))"
 )
+# "Alternative" opens a heading as "Alternatively" a sentence (`**Alternative approach:**`, `### Alternative method`,
+# `**Alternative approach (ordered pairs):**`): a few words, then a colon or the line's end
+_HEADING = r"alternative(?:[ \t]+[A-Za-z]+){0,2}(?:[ \t]*\([^()\n]{0,40}\))?[ \t*_]*(?::|(?=\n)|\Z)"
 _ALTERNATIVE = re.compile(
-    rf"[\s#>*_]*(?:alternatively|or(?![A-Za-z])(?![\s,]*(?:{_DOUBT})))(?![A-Za-z])"
+    r"[\s#>*_]*(?:(?:[-+]|\d{1,2}[.)])[ \t]+[*_]*)?"  # a list item's marker (`- Alternatively, with order: ...`)
+    rf"(?:alternatively|{_HEADING}|or(?![A-Za-z])(?![\s,]*(?:{_DOUBT})))(?![A-Za-z])"
     r"(?![\s,:\-\u2014]*(?:wait|actually|no)(?![A-Za-z]))",
     re.IGNORECASE,
 )
@@ -108,23 +112,72 @@ def alternative_to_label(text: str, label: tuple[str, int], boxes: list[tuple[in
 
 
 _RULE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")  # a markdown rule alone in its paragraph (`---`, `***`)
+# a paragraph that opens a section going on below it: a heading (`### Alternative method`) or a bold label ending in a
+# colon (`**Alternative approach:** ...`; not `**Alternatively**, ...`)
+_SECTION = re.compile(r"[ \t]*(?:#{1,6}[ \t]|(?:\*\*|__)[^*_\n]{1,60}(?::[ \t]*(?:\*\*|__)|(?:\*\*|__)[ \t]*:))")
+_LIST_ITEM = re.compile(r"[ \t]*(?:[-+*]|\d{1,2}[.)])[ \t]")
+# the answer's display math closed on a line of its own (`\]`, `$$`), before an "Alternatively" line
+_CLOSING_LINE = re.compile(r"[ \t]*(?:\\\]|\$\$|\\\))?[ \t.,;]*")
+# an error found in the text before the last box: a correction, not another answer (`Alternatively, let me recount:
+# ... I missed $(2,4)$, so the answer is $\boxed{5}$.`)
+_CORRECTION = re.compile(
+    r"(?<![A-Za-z])(?:wait|actually(?=,)|(?:a|my|an)\s+(?:mistake|error)|I\s+(?:missed|forgot|overcounted|undercounted"
+    r"|miscounted|misread)|(?:was|is)\s+(?:wrong|incorrect))(?![A-Za-z])",
+    re.IGNORECASE,
+)
 
 
 def _alternative(text: str, after: int, last: int) -> bool:
-    """Whether the box opening at `last` ends an `_ALTERNATIVE` paragraph right after the paragraph of the answer
-    ending at `after` (or the paragraph below one that ends in a colon: `Alternatively, if order matters:`), or, in
-    that answer's paragraph, an `_ALTERNATIVE` text that opens right after its sentence (`\\boxed{4}.
-    Alternatively, if we count both orders, \\boxed{8}.`: a hedge in one paragraph as in two)."""
+    """Whether the box opening at `last` ends an `_ALTERNATIVE` text right after the answer ending at `after`: in
+    the paragraph right after the answer's (`_alternative_paragraphs`: a section that goes on below it too), or in
+    the answer's paragraph, right after its sentence or its line (`\\boxed{4}. Alternatively, if we count both
+    orders, \\boxed{8}.`, `\\[\\boxed{4}\\]` then a line `Alternatively, ...`: a hedge in one paragraph as in two);
+    not when that text finds an error (`_CORRECTION`: the last box corrects the answer)."""
     between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     paragraphs = paragraphs[:1] + [q for q in paragraphs[1:] if not _RULE.fullmatch(q)]  # `---` parts nothing
     if len(paragraphs) >= 2:
-        filled = [q for q in paragraphs[1:] if q.strip()]
-        if len(filled) == 2 and filled[0].rstrip().endswith(":"):  # `Alternatively, if order matters:` goes on below
-            return bool(_ALTERNATIVE.match(filled[0]))
-        return not "".join(paragraphs[1:-1]).strip() and bool(_ALTERNATIVE.match(paragraphs[-1]))
-    sentences = _SENTENCE_END.split(between, maxsplit=1)
-    return len(sentences) == 2 and bool(_ALTERNATIVE.match(sentences[1]))
+        alternative = _alternative_paragraphs([q for q in paragraphs[1:] if q.strip()])
+    else:
+        sentences = _SENTENCE_END.split(between, maxsplit=1)
+        alternative = sentences[1] if len(sentences) == 2 and _ALTERNATIVE.match(sentences[1]) else None
+        alternative = alternative or _alternative_line(between)
+    return alternative is not None and not _CORRECTION.search(alternative)
+
+
+def _alternative_paragraphs(paragraphs: list[str]) -> str | None:
+    """The text of the paragraphs from an answer's to the last box (none empty) when they are one `_ALTERNATIVE`
+    text: one paragraph, or one that goes on below, to the box's paragraph: a section (`_SECTION`: `**Alternative
+    approach:**`, `### Alternative method`) up to the next, or a paragraph ending in a colon (`Alternatively, if
+    order matters:`) through lists, display math and paragraphs ending in a colon; else None."""
+    if not paragraphs or not _ALTERNATIVE.match(paragraphs[0]):
+        return None
+    middle = paragraphs[1:-1]
+    if _SECTION.match(paragraphs[0]):
+        goes_on = not any(_SECTION.match(q) for q in paragraphs[1:])
+    elif len(paragraphs) >= 2 and paragraphs[0].rstrip().endswith(":"):
+        goes_on = all(_continued(q) for q in middle)
+    else:
+        goes_on = len(paragraphs) == 1
+    return "\n\n".join(paragraphs) if goes_on else None
+
+
+def _continued(paragraph: str) -> bool:
+    """Whether a paragraph goes on the one before it, ended in a colon: a list, display math, or a paragraph that
+    ends in a colon itself."""
+    stripped = paragraph.strip()
+    if stripped.startswith(("$$", "\\[")) or stripped.endswith(":"):
+        return True
+    return all(_LIST_ITEM.match(line) for line in stripped.split("\n"))
+
+
+def _alternative_line(between: str) -> str | None:
+    """The text after the answer's line (and the lines that only close its display math: `\\]`, `$$`) when it
+    opens with `_ALTERNATIVE` (`Answer: 4` then a line `Or, if order matters, $\\boxed{8}$.`), else None."""
+    lines = between.split("\n")[1:]
+    while lines and _CLOSING_LINE.fullmatch(lines[0]):
+        lines.pop(0)
+    return "\n".join(lines) if lines and _ALTERNATIVE.match(lines[0]) else None
 
 
 # the word "or" right after an answer's last box (past closing math delimiters, a comma, a parenthesis, a dash):
