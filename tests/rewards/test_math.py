@@ -841,6 +841,7 @@ EQUIV_TABLE = [
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = 2$.", "3", False),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = -2$.", "3", False),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, $A = 9$.", "3", True),  # a sign kept; A is no answer
+    ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the answer is positive, so $x = 3$.", "3", True),  # no value
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the answer is $x = 3$ or $x = -2$.", "3", False),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is an integer, $x = 3$, and $-2$ also works.", "3", False),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 3$ and $x = -2$ are both candidates.", "3", False),

@@ -333,8 +333,9 @@ _REASON_KEPT = re.compile(
     r"(?<![A-Za-z])(?:since|because|as)\s+[^.;\n]{0,80}?(?<![A-Za-z])(?:is|are|must\s+be|has\s+to\s+be|represents"
     rf"|denotes)\s+(?:(?:a|an|the)\s+)?(?:[A-Za-z-]+\s+){{0,2}}?{_PROPERTY}(?![A-Za-z])[^.;\n]{{0,60}}?,\s*"
     rf"(?:(?:so|then|thus|hence|therefore)\s+)?(?:(?P<stating>{_STATING})\s+)?"
-    r"(?:\$\s*(?:(?P<math_variable>[A-Za-z]\w{0,3})\s*=\s*)?(?P<math>[^$\n]{1,60}?)\s*\$"
-    r"|(?:(?P<variable>[A-Za-z]\w{0,3})\s*=\s*)?(?P<value>[^$\s,;]+?)\s*\$?)"
+    r"(?(stating)|(?=\$?\s*[A-Za-z]\w{0,3}\s*=))"  # no statement of the answer: a variable assigned
+    r"(?:\$\s*(?:[A-Za-z]\w{0,3}\s*=\s*)?(?P<math>[^$\n]{0,60}?\d[^$\n]{0,60}?)\s*\$"  # a digit: a value
+    r"|(?:[A-Za-z]\w{0,3}\s*=\s*)?(?P<value>[^$\s,;]*?\d[^$\s,;]*?)\s*\$?)"
     r"(?=[.;,]?(?:\s|$))(?![.;,]?\s*or(?![A-Za-z]))(?:[ \t]+[A-Za-z]+)?"
     r"(?=[.;](?:\s|$)|[ \t]*(?:\n|$)|,(?!\s*or(?![A-Za-z]))|\s+and(?![A-Za-z]))",
     re.IGNORECASE,
@@ -383,11 +384,9 @@ def _reason_states(after: str, other: str, kept: str) -> bool | None:
     naming `other` no more (`_names_other`); False when it states `other`, or states another value for the answer
     (`the answer is $x = 2$`); else None (no reason, or one stating a value of something else: `A = 9`)."""
     m = _REASON_KEPT.search(after)
-    if m is None or not (m.group("stating") or m.group("variable") or m.group("math_variable")):
+    if m is None:
         return None
     stated = m.group("math") if m.group("math") is not None else m.group("value")
-    if not re.search(r"\d", stated):
-        return None
     if _same_value(stated, other):
         return False
     if _same_value(stated, kept) and not _same_value(kept, other):
