@@ -641,7 +641,7 @@ _CHOICE = re.compile(r"(?:\\(?:textbf|text|mathrm)\s*\{\s*)?\(\s*[A-E]\s*\)\s*\}
 # minimum; the maximum is 9`)
 _ASSIGNMENT = r"[A-Za-z]\w*\s*=\s*-?\d+(?:\.\d+)?"  # m = 37: a side value a grader reads past, as (m = 37, n = 3)
 _REMARK = re.compile(
-    r"\s*(?:\([^()\d$]*\)|(?:--+|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
+    r"\s*(?:\([^()\d$]*\)|(?:--|\u2013|\u2014)[^\d$]*|,\s*(?:which|as|that|since|because|where|so)\b[^\d$]*"
     r"|\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+|correct\s+|required\s+|desired\s+)?(?:(?:largest|smallest|"
     r"greatest|least|maximum|minimum)(?:\s+(?:possible|positive|real|integer|value|number|part|sum|one))*|(?:answer|"
     r"remainder|result|value|number|count|total|sum)(?:\s+of\s+(?:the\s+)?[A-Za-z]+(?:\s+[A-Za-z]+)?)?)"
