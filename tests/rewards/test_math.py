@@ -1266,6 +1266,17 @@ def test_a_remark_after_a_run_of_hyphens_takes_no_cubic_time():
     assert time.process_time() - t0 < 0.1
 
 
+def test_a_long_line_after_an_answer_box_takes_linear_time():
+    """The line after an answer's box is read for an `Alternatively` text past the lines that only close its math
+    (`\\]`, `$$`): a line of 40,000 spaces or tabs before a second box (the closing pattern's leading spaces and its
+    trailing spaces and marks both took them: 12 s, quadratic) scores within a tenth of a second."""
+    for run in (" " * 40_000, "\t" * 40_000, " ." * 20_000):
+        for response in ("So $\\boxed{4}$\n" + run + "x, so $\\boxed{8}$", "\\[\\boxed{4}\\]\n" + run + "\\boxed{8}"):
+            t0 = time.process_time()
+            math_score(response, "8")
+            assert time.process_time() - t0 < 0.1
+
+
 @pytest.mark.parametrize(
     "tail",
     [" " * 40_000, "1" * 40_000, "or " * 13_000, ", or" * 10_000, "\\boxed{1}, or " * 3_000, "$" * 40_000,

@@ -116,8 +116,10 @@ _RULE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")  # a markdown rule alo
 # colon (`**Alternative approach:** ...`; not `**Alternatively**, ...`)
 _SECTION = re.compile(r"[ \t]*(?:#{1,6}[ \t]|(?:\*\*|__)[^*_\n]{1,60}(?::[ \t]*(?:\*\*|__)|(?:\*\*|__)[ \t]*:))")
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-+*]|\d{1,2}[.)])[ \t]")
-# the answer's display math closed on a line of its own (`\]`, `$$`), before an "Alternatively" line
-_CLOSING_LINE = re.compile(r"[ \t]*(?:\\\]|\$\$|\\\))?[ \t.,;]*")
+# the answer's display math closed on a line of its own (`\]`, `$$`), before an "Alternatively" line: spaces and
+# marks alone, or a closing delimiter after spaces (as two alternatives: spaces that both the leading and the trailing
+# part could take were tried at every split, quadratic on a long line of them)
+_CLOSING_LINE = re.compile(r"[ \t.,;]*|[ \t]*(?:\\\]|\$\$|\\\))[ \t.,;]*")
 # an error found in the text before the last box: a correction, not another answer (`Alternatively, let me recount:
 # ... I missed $(2,4)$, so the answer is $\boxed{5}$.`)
 _CORRECTION = re.compile(
