@@ -971,6 +971,16 @@ EQUIV_TABLE = [
     ("Answer: 4\nAlternatively, by symmetry, $\\boxed{4}$.", "4", True),
     ("So $\\boxed{4}$.\nOr, wait: each pair counts twice, so $\\boxed{8}$.", "8", True),  # a correction
     ("So $\\boxed{4}$.\nAlternatively, let me recount: I missed $(2,4)$, so it is $\\boxed{5}$.", "5", True),
+    # ... with a word between "I" and the error (`I previously missed`, `I must have miscounted`: were hedges, wrong
+    # for the correction under an "Alternative approach" heading that is a section now)
+    (
+        "So the answer is $\\boxed{4}$.\n\n**Alternative approach:** Let me verify by listing: (1,2), (1,3), (2,3), "
+        "(2,4), (3,4). That's 5 pairs, so I previously missed one. The answer is $\\boxed{5}$.",
+        "5",
+        True,
+    ),
+    ("So $\\boxed{4}$.\n\nAlternatively, listing them gives five, so I must have miscounted: $\\boxed{5}$.", "5", True),
+    ("So $\\boxed{4}$.\n\nAlternatively, if I had missed the empty set, it would be $\\boxed{5}$.", "5", False),
     ("- Unordered pairs: $\\boxed{4}$\n- Alternatively, with order: $\\boxed{8}$", "8", False),
     ("- Unordered pairs: $\\boxed{4}$\n- Alternatively, by complement: $10 - 6 = \\boxed{4}$", "4", True),
     ("So $\\boxed{4}$.\n\n**Alternative approach:** ordered pairs, halved: $16/2 = \\boxed{8}$.", "8", False),

@@ -121,10 +121,11 @@ _LIST_ITEM = re.compile(r"[ \t]*(?:[-+*]|\d{1,2}[.)])[ \t]")
 # part could take were tried at every split, quadratic on a long line of them)
 _CLOSING_LINE = re.compile(r"[ \t.,;]*|[ \t]*(?:\\\]|\$\$|\\\))[ \t.,;]*")
 # an error found in the text before the last box: a correction, not another answer (`Alternatively, let me recount:
-# ... I missed $(2,4)$, so the answer is $\boxed{5}$.`)
+# ... I missed $(2,4)$, so the answer is $\boxed{5}$.`, `I previously missed one`, `I must have miscounted`)
 _CORRECTION = re.compile(
-    r"(?<![A-Za-z])(?:wait|actually(?=,)|(?:a|my|an)\s+(?:mistake|error)|I\s+(?:missed|forgot|overcounted|undercounted"
-    r"|miscounted|misread)|(?:was|is)\s+(?:wrong|incorrect))(?![A-Za-z])",
+    r"(?<![A-Za-z])(?:wait|actually(?=,)|(?:a|my|an)\s+(?:mistake|error)|I\s+(?:(?:previously|initially|earlier"
+    r"|originally|first|must\s+have)\s+)?(?:missed|forgot|overcounted|undercounted|miscounted|misread)"
+    r"|(?:was|is)\s+(?:wrong|incorrect))(?![A-Za-z])",
     re.IGNORECASE,
 )
 
