@@ -208,9 +208,16 @@ _FIELDS = dataclasses.fields(RPGOptions)
 def scalar(x: Any, name: str = "value") -> Any:
     """`x` as Python's bool, int or float where it is one value of numpy or torch (a numpy scalar of any width, a
     0-dim array or tensor: `.item()`, exact), else `x` itself, to be checked as given. A tensor that requires grad
-    or holds no data (meta) is refused: options are constants (`.item()` would cut a graph its caller may mean)."""
+    or holds no data (meta) is refused: options are constants (`.item()` would cut a graph its caller may mean).
+    Only numbers are taken so: a numpy date or duration is refused (`.item()` of a datetime64 in ns is an int, of NaT
+    None; a timedelta64 passes as numpy's integer), a numpy string or object stays itself, named by the checks."""
     if x is None or type(x) in (bool, int, float, str) or getattr(x, "ndim", None) != 0 or not hasattr(x, "item"):
         return x  # Python's own, a Fraction, a list, an array of several values: the checks name them
+    kind = None if hasattr(x, "requires_grad") else getattr(getattr(x, "dtype", None), "kind", None)  # numpy's
+    if kind in ("m", "M"):
+        raise OptionError(name, f"{name} must be a real number, got a numpy {x.dtype} ({x!r})")
+    if kind is not None and kind not in "biufc":
+        return x  # numpy's str, bytes, void, object
     if getattr(x, "requires_grad", False) or getattr(x, "is_meta", False):
         what = "requires grad" if x.requires_grad else "is on the meta device (no value)"
         raise OptionError(name, f"{name} must be a constant number, got a tensor that {what}: pass a float")

@@ -157,6 +157,41 @@ def test_every_numeric_option_takes_numpy_scalars_of_any_width_and_0_dim_tensors
         kl_penalty(lp, ref, "k3", value_clamp=torch.tensor(1.0, requires_grad=True))
 
 
+def test_numpy_dates_and_durations_are_no_numbers_and_a_fraction_normalizer_is_its_float():
+    """`options.scalar` took any 0-dim numpy value's `.item()`: a datetime64 or timedelta64 in ns is a Python int
+    there (NaT is None), so `normalizer=np.datetime64(4, "ns")` (refused before) counted 4 tokens, `beta` and the
+    clamps took 4 and NaT turned a clamp off (a timedelta64 normalizer failed in numpy). Only numbers (bool, int,
+    float, complex) and tensors are taken; a date or a duration is refused in one line, an object array named. A
+    Fraction normalizer passed the check and then failed in torch (`Tensor / Fraction`): it is taken as its float."""
+    import fractions
+
+    np = pytest.importorskip("numpy")
+    from rpgrl.options import OptionError, RPGOptions, scalar
+
+    lp, ref, mask = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]]), torch.ones(1, 2)
+    for t in (np.datetime64(4, "ns"), np.timedelta64(4, "ns"), np.datetime64("NaT"), np.array(4, dtype="m8[ns]")):
+        with pytest.raises(OptionError, match="must be a real number, got a numpy (datetime|timedelta)64"):
+            scalar(t)
+        with pytest.raises(ValueError, match="normalizer must be a real number"):
+            aggregate(torch.ones(1, 2), mask, normalizer=t)
+        with pytest.raises(ValueError, match="value_clamp must be a real number"):
+            kl_penalty(lp, ref, "k3", value_clamp=t)
+        with pytest.raises(OptionError, match="beta must be a real number"):
+            RPGOptions(beta=t).check()
+    held = np.array(0.5, dtype=object)  # an object array stays itself, named as before
+    assert scalar(held) is held
+    with pytest.raises(ValueError, match="normalizer must be a number or a 0-dim tensor, got ndarray"):
+        aggregate(torch.ones(1, 2), mask, normalizer=held)
+    half = fractions.Fraction(1, 2)
+    assert torch.equal(
+        aggregate(torch.ones(1, 2), mask, normalizer=half), aggregate(torch.ones(1, 2), mask, normalizer=0.5)
+    )
+    lp.requires_grad_(True)
+    out = [rpg_loss(lp, ref, torch.tensor([1.0]), mask, divergence="rkl", style="differentiable", beta=0.1,
+                    normalizer=n).loss for n in (half, 0.5)]  # fmt: skip
+    assert torch.equal(out[0], out[1])
+
+
 # --------------------------------------------------------------------------------------------- KL helper functions
 
 

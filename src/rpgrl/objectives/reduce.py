@@ -48,7 +48,7 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.T
     """ValueError unless `normalizer` is None or one finite number >= MIN_NORMALIZER (a zero, negative or NaN count
     would silently give an inf, sign-flipped or NaN loss, and a tiny one multiplies every gradient: at 1e-39 a loss
     of 0 came with infinite gradients). A tensor costs one host sync. Returns it, a numpy scalar or 0-dim array as
-    Python's number."""
+    Python's number, a Fraction as its float."""
     if normalizer is None:
         return None
     if not isinstance(normalizer, torch.Tensor):
@@ -65,8 +65,9 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.T
         ok = MIN_NORMALIZER <= normalizer < 2**63  # (an int past float's range overflowed math.isfinite)
     elif isinstance(normalizer, bool):  # True would count as 1
         raise ValueError(f"normalizer must be a real count, got {normalizer!r}")
-    elif isinstance(normalizer, numbers.Real):  # float, numpy's floats
-        ok = math.isfinite(normalizer) and normalizer >= MIN_NORMALIZER
+    elif isinstance(normalizer, numbers.Real):  # float, numpy's floats, a Fraction (taken as its float: torch has no
+        ok = math.isfinite(normalizer) and normalizer >= MIN_NORMALIZER  # `Tensor / Fraction`)
+        normalizer = normalizer if isinstance(normalizer, float) else float(normalizer)
     else:
         raise ValueError(f"normalizer must be a number or a 0-dim tensor, got {type(normalizer).__name__}")
     if not ok:
