@@ -988,3 +988,36 @@ def test_metrics_stay_finite_when_an_estimate_overflows(lw):
         if lw < 0:  # true value e^99 / 6 = 1.6e42: saturated
             assert out.metrics["kl/k3_anchor"] == torch.tensor(1e30, dtype=torch.float32)
         assert out.metrics["loss/total"] == out.loss
+
+
+# (divergence, style, clip) -> host syncs of one rpg_loss call on ordinary inputs (bool / item / tolist of a tensor)
+# before clip=None's log-space edge and ufkl's expm1 form (b317ed2): neither may add one on a normal batch
+_SYNCS = {("fkl", "differentiable", None): 7, ("rkl", "differentiable", None): 7, ("ufkl", "differentiable", None): 7,
+          ("urkl", "differentiable", None): 9, ("fkl", "reinforce", None): 4, ("rkl", "reinforce", None): 4,
+          ("ufkl", "reinforce", None): 4, ("urkl", "reinforce", None): 5, ("ufkl", "differentiable", "dual"): 7,
+          ("ufkl", "reinforce", "dual"): 4}  # fmt: skip
+
+
+@pytest.mark.parametrize("key", list(_SYNCS))
+def test_the_log_space_edges_add_no_host_sync_on_a_normal_batch(key, monkeypatch):
+    """clip=None's w A in log space asked whether any unit needed it (one sync, plus one in the gradient-weight
+    check and one in REINFORCE's coefficient), and ufkl's expm1 form whether any unit was near u = 1 (one per call
+    of u phi'(u)): up to 4 more host syncs per call (7 -> 11 for ufkl, differentiable, unclipped) where the result
+    is the same. The forms are now chosen per unit (or asked together with w's overflow), to the bit as before."""
+    divergence, style, clip = key
+    count = [0]
+    for name in ("__bool__", "item", "tolist"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original):
+            count[0] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    g = torch.Generator().manual_seed(0)
+    logp = (torch.randn(4, 6, generator=g) * 0.1 - 1).requires_grad_()
+    old = logp.detach() + torch.randn(4, 6, generator=g) * 0.05
+    adv, mask = torch.randn(4, generator=g), torch.ones(4, 6, dtype=torch.bool)
+    out = rpg_loss(logp, old, adv, mask, divergence=divergence, style=style, clip=clip, beta=0.1)
+    assert count[0] <= _SYNCS[key]
+    out.loss.backward()

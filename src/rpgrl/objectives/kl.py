@@ -217,9 +217,14 @@ def weight_times_w(log_w: torch.Tensor, c: torch.Tensor, active: torch.Tensor | 
 
 
 def weight_times_w_value(log_w: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """c e^(log w) as a value (no gradient): `weight_times_w`'s forward, 0 where c is 0 (also where w overflows)."""
+    """c e^(log w) as a value (no gradient): `weight_times_w`'s forward, 0 where c is 0 (also where w overflows).
+    Both forms are taken and one chosen per unit, without asking whether any unit needs the log-space one: no host
+    sync (it is called on every unclipped loss)."""
     with torch.no_grad():
-        return _WeightTimesW.forward(None, log_w, c, None)
+        w = torch.exp(log_w)
+        out = c * w
+        bad = ~(torch.isfinite(out) & (w >= torch.finfo(w.dtype).tiny))
+        return torch.where(bad, signed_exp(log_w, c).to(out.dtype), out)
 
 
 class _WeightTimesW(torch.autograd.Function):
@@ -229,11 +234,9 @@ class _WeightTimesW(torch.autograd.Function):
     def forward(ctx, log_w, c, active):
         w = torch.exp(log_w)
         out = c * w
-        if ctx is not None:
-            ctx.save_for_backward(log_w, c, w, active)
+        ctx.save_for_backward(log_w, c, w, active)
         tiny = torch.finfo(w.dtype).tiny
-        bad = ~(torch.isfinite(out) & (w >= tiny))
-        bad = bad if active is None else bad & active
+        bad = active & ~(torch.isfinite(out) & (w >= tiny))
         if bool(bad.any()):
             out = torch.where(bad, signed_exp(log_w, c).to(out.dtype), out)
         return out

@@ -294,7 +294,12 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
     clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
     w = torch.exp(log_w) if clip is None else None
-    masked = w is not None and not bool(torch.isfinite(w).all())
+    masked, edge = False, False
+    if w is not None:  # one host sync for both: w overflowed; w over- or underflows where w A may not (`edge`)
+        with torch.no_grad():
+            finite = torch.isfinite(w)
+            edge_units = (adv != 0) & ~(finite & (w >= torch.finfo(w.dtype).tiny))
+            masked, edge = torch.stack([~finite.all(), edge_units.any()]).tolist()
     if masked:  # an overflowed ratio: w taken as 1 at A = 0 units, which add 0 (not 0 x inf: NaN) to loss and backward
         w = torch.exp(log_w.masked_fill(adv == 0, 0.0))
     clamped_kl, kl, alpha = None, None, beta  # the loss adds alpha x kl: the separate KL term
@@ -312,9 +317,7 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     add_kl = kl is not None and beta > 0
     if clip is None:
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
-        with torch.no_grad():  # w alone over- or underflows where w A may not: -w A in log space (`weight_times_w`)
-            edge = bool(((adv != 0) & ~(torch.isfinite(w) & (w >= torch.finfo(w.dtype).tiny))).any())
-        if edge:
+        if edge:  # w alone over- or underflows where w A may not: -w A in log space (`weight_times_w`)
             loss = weight_times_w(log_w.masked_fill(adv == 0, 0.0), (-adv).expand_as(log_w))
         return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl
 
