@@ -275,10 +275,10 @@ def test_sample_bad_input(model, tok):
     with pytest.raises(ValueError, match="temperature"):
         sample(model, tok, p, max_new_tokens=4, temperature=0.0)
     # 1e-40: logits / temperature overflowed float32, and sampling failed as if the weights had diverged
-    with pytest.raises(ValueError, match=r"sample: temperature must be >= 1e-08 .*got 1e-40"):
+    with pytest.raises(ValueError, match=r"sample: temperature must be >= 1e-8 .*got 1e-40"):
         sample(model, tok, p, max_new_tokens=4, temperature=1e-40)
     r = sample(model, tok, p, max_new_tokens=4, generator=torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match=r"token_logprobs: temperature must be >= 1e-08 .*got 1e-40"):
+    with pytest.raises(ValueError, match=r"token_logprobs: temperature must be >= 1e-8 .*got 1e-40"):
         token_logprobs(model, r, temperature=1e-40)  # the log-probs came back NaN
     # 1e30: every log-prob was -log V and the gradient 0 (the config's bound is the same: rollout.temperature)
     for bad in (1e30, math.inf, math.nan):
@@ -287,6 +287,24 @@ def test_sample_bad_input(model, tok):
         with pytest.raises(ValueError, match=f"token_logprobs: temperature must be .*got {re.escape(str(bad))}"):
             token_logprobs(model, r, temperature=bad)
     assert (MIN_TEMPERATURE, MAX_TEMPERATURE) == (1e-8, 1e4)  # as config.py's check states them
+    # worded as the CLI's check (`rollout.temperature must be <= 1e4 (above, ...`; read 10000 and 1e-08), and the
+    # greedy=True hint only where there is one (token_logprobs had it since the bound moved to check_temperature)
+    for call, bad, words in (
+        (lambda t: sample(model, tok, p, max_new_tokens=4, temperature=t), 1e30,
+         "sample: temperature must be <= 1e4 (above, float32 log-probs of logits / temperature lose the logits' "
+         "differences, and the gradient with them), got 1e+30"),
+        (lambda t: token_logprobs(model, r, temperature=t), 1e30,
+         "token_logprobs: temperature must be <= 1e4 (above, float32 log-probs of logits / temperature lose the "
+         "logits' differences, and the gradient with them), got 1e+30"),
+        (lambda t: sample(model, tok, p, max_new_tokens=4, temperature=t), 0.0,
+         "sample: temperature must be >= 1e-8 (logits / temperature stay finite in float32; use greedy=True for "
+         "argmax), got 0.0"),
+        (lambda t: token_logprobs(model, r, temperature=t), 0.0,
+         "token_logprobs: temperature must be >= 1e-8 (logits / temperature stay finite in float32), got 0.0"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError) as info:
+            call(bad)
+        assert str(info.value) == words
     token_logprobs(model, r, temperature=MAX_TEMPERATURE)
     with pytest.raises(ValueError, match="top_p"):
         sample(model, tok, p, max_new_tokens=4, top_p=0.0)

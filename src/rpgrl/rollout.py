@@ -44,13 +44,21 @@ MAX_TEMPERATURE = 1e4
 
 
 def check_temperature(temperature: float, where: str) -> None:
-    """ValueError (one line, prefixed with `where`) unless MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE."""
+    """ValueError (one line, prefixed with `where`) unless MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE, worded
+    as `rollout.temperature`'s check in config.py (the bounds as 1e-8 and 1e4); `sample` adds its greedy=True."""
     if not temperature >= MIN_TEMPERATURE:
-        raise ValueError(f"{where}: temperature must be >= {MIN_TEMPERATURE:g} (logits / temperature stay finite in "
-                         f"float32; use greedy=True for argmax), got {temperature}")  # fmt: skip
+        greedy = "; use greedy=True for argmax" if where == "sample" else ""  # (token_logprobs has no greedy)
+        raise ValueError(f"{where}: temperature must be >= {_bound(MIN_TEMPERATURE)} (logits / temperature stay finite "
+                         f"in float32{greedy}), got {temperature}")  # fmt: skip
     if not temperature <= MAX_TEMPERATURE:
-        raise ValueError(f"{where}: temperature must be <= {MAX_TEMPERATURE:g} (above, float32 log-probs of logits / "
-                         f"temperature lose the logits' differences), got {temperature}")  # fmt: skip
+        raise ValueError(f"{where}: temperature must be <= {_bound(MAX_TEMPERATURE)} (above, float32 log-probs of "
+                         f"logits / temperature lose the logits' differences, and the gradient with them), got "
+                         f"{temperature}")  # fmt: skip
+
+
+def _bound(x: float) -> str:
+    """A power of ten as config.py writes it: 1e-8, 1e4 (not 1e-08, 10000)."""
+    return f"{x:.0e}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
 
 
 @dataclass
