@@ -840,6 +840,25 @@ EQUIV_TABLE = [
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, $x = 30$.", "3", False),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = 2$.", "3", False),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, the answer is $x = -2$.", "3", False),
+    # ... but a statement of the answer in a form the reason rule does not compare (`\\sqrt 2`, `\\frac12`, `4.`) is no
+    # other value: the sign rule reads it as before (were right, then wrong for the box since the rule above)
+    (
+        "$x = -\\sqrt{2}$ or $x = \\boxed{\\sqrt{2}}$. Since $x$ must be positive, the answer is $x = \\sqrt 2$.",
+        "\\sqrt2",
+        True,
+    ),
+    (
+        "$r = -\\frac{1}{2}$ or $r = \\boxed{\\frac{1}{2}}$. Since $r$ must be positive, the answer is $r = \\frac12$.",
+        "\\frac12",
+        True,
+    ),
+    ("$x = -4$ or $x = \\boxed{4}$. Since $x$ must be positive, the answer is $x = 4.$", "4", True),
+    (
+        "$a = -\\frac{\\sqrt{3}}{2}$ or $a = \\boxed{\\frac{\\sqrt{3}}{2}}$. Since $a$ must be positive, the answer is "
+        "$a = \\frac{\\sqrt3}{2}$.",
+        "\\frac{\\sqrt3}2",
+        True,
+    ),
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ must be positive, $A = 9$.", "3", True),  # a sign kept; A is no answer
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the answer is positive, so $x = 3$.", "3", True),  # no value
     ("$x=-2$ or $x=\\boxed{3}$. Since $x$ is a length, the answer is $x = 3$ or $x = -2$.", "3", False),

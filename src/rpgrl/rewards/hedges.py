@@ -384,8 +384,10 @@ def _rejects(after: str) -> bool:
 def _reason_states(after: str, other: str, kept: str) -> bool | None:
     """What a reason in the paragraph `after` a box holding `kept` says of the hedge (`_REASON_KEPT`): True when it
     states `kept` (in any simple form: `x = 1.5` for `\\frac{3}{2}`, `_same_value`) and not `other`, its sentence
-    naming `other` no more (`_names_other`); False when it states `other`, or states another value for the answer
-    (`the answer is $x = 2$`); else None (no reason, or one stating a value of something else: `A = 9`)."""
+    naming `other` no more (`_names_other`); False when it states `other`, or states another number for the answer
+    (`the answer is $x = 2$`); else None (no reason, one stating a value of something else: `A = 9`, or one whose
+    value is written in a form `_same_value` cannot compare: `the answer is $x = \\sqrt 2$` for `\\sqrt{2}`, left to
+    the sign rules as before)."""
     m = _REASON_KEPT.search(after)
     if m is None:
         return None
@@ -394,7 +396,7 @@ def _reason_states(after: str, other: str, kept: str) -> bool | None:
         return False
     if _same_value(stated, kept) and not _same_value(kept, other):
         return None if _names_other(_SENTENCE_END.split(after[m.end() :], maxsplit=1)[0], other) else True
-    return False if m.group("answer") else None
+    return False if m.group("answer") and _other_number(stated, kept) else None
 
 
 _NOT_BEFORE = re.compile(r"(?:not|rather\s+than|instead\s+of)[\s$]*(?:[A-Za-z]\w{0,3}\s*=\s*)?$", re.IGNORECASE)
@@ -427,6 +429,18 @@ def _same_value(a: str, b: str) -> bool:
         except ZeroDivisionError:
             return False
     return a == b
+
+
+def _other_number(a: str, b: str) -> bool:
+    """Whether two raw values are simple numbers (as `_same_value` reads them) of different values: not merely
+    written otherwise (`\\sqrt 2`, `\\frac12`, `4.` for `\\sqrt{2}`, `\\frac{1}{2}`, `4`)."""
+    a, b = (_simple_form(v) for v in (a, b))
+    if not (_RATIONAL.fullmatch(a) and _RATIONAL.fullmatch(b)):
+        return False
+    try:
+        return Fraction(a) != Fraction(b)
+    except ZeroDivisionError:
+        return False
 
 
 def _simple_form(value: str) -> str:
