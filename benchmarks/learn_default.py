@@ -166,6 +166,7 @@ def same_sitting(rev: str, seeds: list[int], extra: list[str], path: Path) -> di
                           "mean_wall_seconds": mean, "ratio": mean["current"] / mean["baseline"],
                           "target": demo_target(rows, mean["baseline"], RESULTS_DIR / "roofline.json"),
                           "date": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+                path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(result, indent=2) + "\n")
         finally:
             subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(wt)], capture_output=True)
