@@ -1507,3 +1507,32 @@ def test_a_judged_corpus_keeps_every_verdict_it_agrees_with():
         if agrees == bool(case.get("known_disagreement")):
             flipped.append((i, "agrees" if agrees else "disagrees", case["why"], case["response"][-80:]))
     assert not flipped, flipped
+
+
+def test_unbraced_fraction_and_root_arguments_are_braced():
+    """`\\sqrt[3]2`, `\\frac\\pi2` and `2^\\frac12` were wrong for their braced forms (math-verify reads `\\frac12`
+    and `\\sqrt3`, not these), in a box, on a label and in a sentence alike; a negative `-\\frac12` stated in a
+    sentence ("the answer is $-\\frac12$.") was no answer at all."""
+    from rpgrl.rewards.notation import braced_arguments
+
+    assert braced_arguments("4\\sqrt[3]2 + \\frac\\pi2") == "4\\sqrt[3]{2} + \\frac{\\pi}{2}"
+    assert braced_arguments("2^\\frac12") == "2^{\\frac{1}{2}}" and braced_arguments("\\frac{\\frac12}3") == (
+        "\\frac{\\frac{1}{2}}{3}"
+    )
+    assert braced_arguments("\\sqrt\\frac12") == "\\sqrt\\frac{1}{2}"  # no valid LaTeX: the root left as written
+    for kept in ("\\frac{1", "\\sqrt", "\\frac{a}{b}", "\\sqrt[3]{x}"):
+        assert braced_arguments(kept) == kept
+    for template in ("So the answer is $\\boxed{%s}$.", "Answer: $%s$", "Therefore, the final answer is $%s$."):
+        assert math_score(template % "4\\sqrt[3]2", "4\\sqrt[3]{2}")
+        assert math_score(template % "-\\frac12", "-\\frac{1}{2}")
+        assert math_score(template % "\\frac\\pi2", "\\frac{\\pi}{2}")
+    assert math_score("\\boxed{\\sqrt[3]{16}}", "2\\sqrt[3]2") and not math_score("\\boxed{\\sqrt[3]2}", "\\sqrt{2}")
+
+
+def test_bracing_arguments_takes_linear_time():
+    t0 = time.process_time()
+    for text in ("\\frac" * 20_000, "\\sqrt[" * 20_000, "\\sqrt{" * 20_000, "\\frac1" * 20_000, "\\frac{" * 60):
+        from rpgrl.rewards.notation import braced_arguments
+
+        braced_arguments(text)
+    assert time.process_time() - t0 < 0.5

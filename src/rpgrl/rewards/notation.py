@@ -1,6 +1,7 @@
 """Notation a model writes that the equivalence check does not parse, rewritten as the LaTeX it means: Unicode
-radicals, vulgar fractions and infinity (`unicode_to_latex`), and repeating decimals (`repeating_to_fraction`).
-`rewards.math.clean_answer` applies both to answers of at most `MAX_ANSWER_CHARS` characters. Numbers are read up to
+radicals, vulgar fractions and infinity (`unicode_to_latex`), repeating decimals (`repeating_to_fraction`), and
+fractions and roots whose arguments are not braced (`braced_arguments`: `\\sqrt[3]2`, `\\frac\\pi2`).
+`rewards.math.clean_answer` applies them to answers of at most `MAX_ANSWER_CHARS` characters. Numbers are read up to
 20 digits (a mixed number's whole part) and 50 (a repeating decimal's parts), so no pattern backtracks over a long run
 of digits and no integer conversion meets Python's digit limit. Standard library only.
 """
@@ -89,3 +90,77 @@ def _radical(s: str, i: int) -> str:
     while m.group(1).startswith("\\") and end < len(s) and s[end] == "{":  # a command's arguments: \frac{1}{4}
         end = bracket_end(s, end) or len(s)
     return f"{root}{{{s[m.start(1) : end]}}}{s[end:]}"
+
+
+# a command whose arguments LaTeX reads as one token each when they are not braced: `\frac12`, `\sqrt[3]2`
+_ARGUMENT_COMMAND = re.compile(r"\\(?:([dtc]?frac)|sqrt)(?![A-Za-z])")
+_TOKEN = re.compile(r"\s*(\\[A-Za-z]+|[A-Za-z0-9{])")  # an argument: a letter, a digit, a command, or a `{`
+
+
+def braced_arguments(s: str) -> str:
+    """`s` with the unbraced arguments of `\\frac` and `\\sqrt` braced, as LaTeX reads them (one token each; the
+    equivalence check reads `\\frac12` and `\\sqrt3` but not `\\sqrt[3]2`, `\\frac\\pi2` or `2^\\frac12`),
+    and such a command after `^` or `_` braced whole. An argument that is itself a command taking arguments
+    (`\\sqrt\\frac12`, no valid LaTeX) leaves its command as written. Linear: the braces are matched once.
+
+    >>> braced_arguments("4\\sqrt[3]2 + \\frac\\pi2"), braced_arguments("2^\\frac12")
+    ('4\\\\sqrt[3]{2} + \\\\frac{\\\\pi}{2}', '2^{\\\\frac{1}{2}}')
+    """
+    if "frac" not in s and "\\sqrt" not in s:
+        return s
+    return _braced(s, 0, len(s), _matching_braces(s))
+
+
+def _matching_braces(s: str) -> dict[int, int]:
+    """The position of the `}` closing each `{` of `s` that is closed."""
+    stack, closing = [], {}
+    for i, ch in enumerate(s):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            closing[stack.pop()] = i
+    return closing
+
+
+def _braced(s: str, pos: int, stop: int, closing: dict[int, int]) -> str:
+    """`braced_arguments` of `s[pos:stop]`."""
+    out = []
+    while (m := _ARGUMENT_COMMAND.search(s, pos, stop)) is not None:
+        out.append(s[pos : m.start()])
+        command, pos = _command_braced(s, m, stop, closing)
+        after_power = "".join(out[-1:]).rstrip().endswith(("^", "_"))
+        out.append(f"{{{command}}}" if after_power and command != m.group() else command)
+    out.append(s[pos:stop])
+    return "".join(out)
+
+
+def _command_braced(s: str, m: re.Match, stop: int, closing: dict[int, int]) -> tuple[str, int]:
+    """The command matched by `m` (`_ARGUMENT_COMMAND`) with its arguments braced, and where it ends in `s`; the
+    command alone when an argument is missing or takes arguments itself."""
+    parts, pos = [m.group()], m.end()
+    if m.group(1) is None and (index := _ROOT_INDEX.match(s, pos, stop)):  # \sqrt[3]: the root's index
+        parts.append(index.group().strip())
+        pos = index.end()
+    for _ in range(2 if m.group(1) else 1):
+        argument = _argument(s, pos, stop, closing)
+        if argument is None:
+            return m.group(), m.end()
+        parts.append(f"{{{argument[0]}}}")
+        pos = argument[1]
+    return "".join(parts), pos
+
+
+_ROOT_INDEX = re.compile(r"\s*\[[^\[\]{}]*\]")
+
+
+def _argument(s: str, pos: int, stop: int, closing: dict[int, int]) -> tuple[str, int] | None:
+    """(the argument at `pos`, a braced one with its own arguments braced, and its end), or None."""
+    m = _TOKEN.match(s, pos, stop)
+    if m is None:
+        return None
+    if m.group(1) == "{":
+        end = closing.get(m.start(1), stop)
+        return None if end >= stop else (_braced(s, m.end(), end, closing), end + 1)
+    if _ARGUMENT_COMMAND.fullmatch(m.group(1)) or m.group(1) in ("\\left", "\\right"):
+        return None
+    return m.group(1), m.end()

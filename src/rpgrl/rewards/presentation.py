@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from rpgrl.rewards.notation import repeating_to_fraction, unicode_to_latex
+from rpgrl.rewards.notation import braced_arguments, repeating_to_fraction, unicode_to_latex
 
 MAX_ANSWER_CHARS = 300  # longer final answers are judged wrong (MATH's longest answer has 159 characters)
 MAX_NESTING = 12  # deeper {([ nesting is judged wrong (the ANTLR parser recurses)
@@ -65,7 +65,7 @@ def clean_answer(answer: str) -> str:
     ", "), math delimiters and a currency `\\$`, markdown emphasis, trailing periods, a trailing percent sign, a
     trailing degree sign (`°`, `\\degree`), a congruence's modulus (`N \\equiv 42 \\pmod{1000}` and `42 (mod 1000)`
     read as 42), and thousands separators in a number (`1,000`, `x = 1\\,000`; not between elements: `\\{100,200\\}`
-    stays a set).
+    stays a set); unbraced arguments are braced (`\\sqrt[3]2`: `notation.braced_arguments`).
 
     >>> clean_answer("The answer is $\\\\boxed{1\\\\,000}$.")
     '1000'
@@ -80,7 +80,7 @@ def clean_answer(answer: str) -> str:
         s = ", ".join(dict.fromkeys(boxed))  # a value boxed twice is one value: \boxed{12} ... \boxed{12}
     s = _TEXT_LABEL.sub("", s)  # \boxed{\text{Final Answer: } 540}: the label is no part of the answer
     if len(s) <= MAX_ANSWER_CHARS:  # (a longer answer is judged wrong; `rpgrl eval`'s vote still groups it)
-        s = repeating_to_fraction(unicode_to_latex(s))
+        s = braced_arguments(repeating_to_fraction(unicode_to_latex(s)))  # \sqrt[3]2: \sqrt[3]{2}
     s = _MARKDOWN.sub("", _DELIMITERS.sub("", s.replace("\\$", ""))).strip()  # \$4.50: a currency sign first
     s = s.rstrip(".").strip()
     s = re.sub(r"\\?%$", "", s).strip()
