@@ -103,7 +103,7 @@ def braced_arguments(s: str) -> str:
     and such a command after `^` or `_` braced whole. An argument that is itself a command taking arguments
     (`\\sqrt\\frac12`, no valid LaTeX) leaves its command as written. Linear: the braces are matched once.
 
-    >>> braced_arguments("4\\sqrt[3]2 + \\frac\\pi2"), braced_arguments("2^\\frac12")
+    >>> braced_arguments("4\\\\sqrt[3]2 + \\\\frac\\\\pi2"), braced_arguments("2^\\\\frac12")
     ('4\\\\sqrt[3]{2} + \\\\frac{\\\\pi}{2}', '2^{\\\\frac{1}{2}}')
     """
     if "frac" not in s and "\\sqrt" not in s:
