@@ -1536,3 +1536,28 @@ def test_bracing_arguments_takes_linear_time():
 
         braced_arguments(text)
     assert time.process_time() - t0 < 0.5
+
+
+def test_a_value_named_the_answer_in_the_last_sentence_is_the_answer():
+    """No box, no label, no "the answer is": "So $x = 3$ is the only valid answer." ending the response was no
+    answer (wrong for 3). The value before "is the (only, final, correct, ...) answer/solution" is read when the
+    sentence ends the response, as "the answer is 3" is; not a hedge, a negation or reasoning after it."""
+    ending = "We solve the equation and check both roots.\n\n"
+    assert extract_final_answer(ending + "So $x = 3$ is the only valid answer.") == "$x = 3$"
+    assert math_score(ending + "Checking, $x=-2$ is extraneous, so $x = 3$ is the only valid solution.", "3")
+    assert math_score(ending + "We can see that 540 is the correct answer.\n\nI hope it is correct.", "540")
+    assert math_score(ending + "Therefore, $\\frac12$ is the final answer to the problem.", "\\frac{1}{2}")
+    assert math_score(ending + "Both roots check out in the original; $x = 3$ is the answer.", "3")
+    for wrong in ("So $x = 3$ is the only valid answer. But wait, let me check $x = -2$.", "Thus $3$ or $4$ is the "
+                  "answer.", "So $x = 3$ is not the answer.", "Plugging in, $x = 3$ is the answer we want, since it "
+                  "works. Now try $x = 5$."):  # fmt: skip
+        assert not math_score(ending + wrong, "3"), wrong
+
+
+def test_a_value_named_the_answer_is_found_in_linear_time():
+    t0 = time.process_time()
+    for run in (" " * 40_000, " is the" * 6_000, "so, " * 10_000, "that " * 8_000):
+        for response in (run + "3 is the answer.", "3" + run + " is the only answer.", run):
+            math_score(response, "3")
+            _math._IS_THE_ANSWER.search(response), _math._BEFORE_VALUE.split(response)
+    assert time.process_time() - t0 < 0.5

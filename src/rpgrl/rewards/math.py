@@ -190,7 +190,8 @@ def extract_final_answer(response: str) -> str | None:
       hedge), and a value with "or" right before the box (`4 or \\boxed{5}`: a hedge), and the answer before an
       `Alternatively, ...` paragraph or sentence that ends in the box (a hedge; `rpgrl.rewards.hedges`);
     - with neither, a "the (final) answer is ..." sentence with an answer-shaped value that ends the response
-      (nothing after it but `I hope it is correct.`: not cut or retracted reasoning); else None (wrong).
+      (nothing after it but `I hope it is correct.`: not cut or retracted reasoning), or one that names the answer
+      after its value ("So $x = 3$ is the only valid answer."); else None (wrong).
     A box that holds no value (`\\boxed{}`, a check mark) is no answer.
     At most MAX_CANDIDATES labels with a value after them are looked at, from the last.
 
@@ -248,18 +249,50 @@ def _answer_in(text: str) -> str | None:
     if labels:  # a label with only prose after it: judged as it is (wrong, unless the prose is the answer)
         return _label_content(text, labels[-1].end())[0]
     tail = text[-4 * MAX_ANSWER_CHARS :]
+    return _answer_is_value(tail) or _value_is_answer(tail)
+
+
+def _answer_is_value(tail: str) -> str | None:
+    """The value of a last "the (final) answer is 540." sentence with an answer-shaped value that ends the response
+    (`tail`: its end), else None."""
     said = list(_ANSWER_IS_SENTENCE.finditer(tail))
-    if said:  # no label, no box: "the (final) answer is 540." with an answer-shaped value, ending the response
-        sentence, *after = _SENTENCE_END.split(tail[said[-1].end() :], maxsplit=1)
-        content, _, rest = sentence.partition("\n")
-        ends = _CLOSING.fullmatch(rest + "".join(after)) is not None  # not "540. But wait, ..." nor cut reasoning
-        return content if ends and _answer_shaped(content) else None
-    return None
+    if not said:
+        return None
+    sentence, *after = _SENTENCE_END.split(tail[said[-1].end() :], maxsplit=1)
+    content, _, rest = sentence.partition("\n")
+    ends = _CLOSING.fullmatch(rest + "".join(after)) is not None  # not "540. But wait, ..." nor cut reasoning
+    return content if ends and _answer_shaped(content) else None
+
+
+def _value_is_answer(tail: str) -> str | None:
+    """The value of a last "So $x = 3$ is the only valid answer." sentence (`_IS_THE_ANSWER`: the answer named after
+    its value) with an answer-shaped value that ends the response (`tail`: its end), else None. The value is what
+    the sentence says before "is", after a connective (`..., so $x = 3$`, `We see that 540`)."""
+    said = list(_IS_THE_ANSWER.finditer(tail))
+    if not said or _CLOSING.fullmatch(tail, said[-1].end()) is None:
+        return None
+    sentence = _SENTENCE_END.split(tail[: said[-1].start()].rsplit("\n", 1)[-1])[-1]
+    content = _BEFORE_VALUE.split(sentence)[-1]
+    return content if _answer_shaped(content) else None
 
 
 # no `Answer:` label and no box: the answer stated in a sentence ("Therefore, the final answer is $540$.")
 _ANSWER_IS_SENTENCE = re.compile(r"\banswer\s+is\b:?[ \t]*", re.IGNORECASE)
 _CLOSING = re.compile(r"\s*(?:I hope it is correct\.?\s*)?", re.IGNORECASE)  # what may follow the last answer
+# the answer named after its value, ending a sentence: "$x = 3$ is the only valid answer.", "540 is the correct
+# answer to the problem." (one space run before "is": no retry inside a long run of spaces)
+_IS_THE_ANSWER = re.compile(
+    r"(?<!\s)\s+is\s+(?:the|our)\s+(?:(?:only|final|correct|right|unique|valid|desired|required|positive|real|integer)"
+    r"\s+){0,3}(?:answer|solution)(?:\s+to\s+(?:the|this)\s+(?:problem|question|equation))?\s*[.!]?",
+    re.IGNORECASE,
+)
+# what sets off that value in its sentence: a connective opening it (`So`, `Thus,`) or after a comma (`, so`, `,
+# and`), "that" (`We see that 540`), a semicolon or a colon
+_BEFORE_VALUE = re.compile(
+    r"^\s*(?:so|thus|hence|therefore|then|finally|clearly)(?![A-Za-z]),?\s*"
+    r"|,\s*(?:so|thus|hence|therefore|and)\s+|(?<![A-Za-z])that\s+|[;:]\s+",
+    re.IGNORECASE,
+)
 _NO_VALUE = re.compile(r"\s*(?:\\checkmark|\\surd|\u2713|\u2714)?\s*")  # a box that holds no answer
 
 
