@@ -1561,3 +1561,19 @@ def test_a_value_named_the_answer_is_found_in_linear_time():
             math_score(response, "3")
             _math._IS_THE_ANSWER.search(response), _math._BEFORE_VALUE.split(response)
     assert time.process_time() - t0 < 0.5
+
+
+def test_a_unit_conversion_after_the_box_is_no_hedge():
+    """`\\boxed{3} — or $300$ if measured in centimeters` was a hedge ("or", a value, "if"): the value after the "or"
+    is the box's in a known unit (`_is_unit`), as `or 300 cm` is; another value (`or 4`, `or $4$ if we include
+    the endpoint`, `or 300 if we count twice`) still hedges."""
+    for tail in ("— or $300$ if measured in centimeters.", "(or $300$ when expressed in centimeters).",
+                 ", or $300$ if we measure in centimeters.", "— or $\\frac{3}{1000}$ in kilometers."):  # fmt: skip
+        assert math_score("The length is $\\boxed{3}$ " + tail, "3"), tail
+    for tail in ("— or $4$ if we include the endpoint.", "— or 4.", ", or $300$ if we count twice.",
+                 ", or maybe 4 in total."):  # fmt: skip
+        assert not math_score("The length is $\\boxed{3}$ " + tail, "3"), tail
+    t0 = time.process_time()
+    for run in (" " * 40_000, "in " * 13_000, "1" * 40_000):
+        _hedges._CONVERSION.fullmatch(run), math_score("\\boxed{3} — or 300 " + run + " cm", "3")
+    assert time.process_time() - t0 < 0.5

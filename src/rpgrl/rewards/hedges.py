@@ -24,6 +24,7 @@ from rpgrl.rewards.presentation import (
     MAX_ANSWER_CHARS,
     _boxed_contents,
     _boxes,
+    _is_unit,
     clean_answer,
 )
 
@@ -222,6 +223,8 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
         return sentence[: m.end()] + " " + rest if reworded else sentence
     if _OPEN_ENDED.match(rest):
         return sentence
+    if _converted(rest):  # `\\boxed{3} — or $300$ if measured in centimeters`: the value in another unit
+        return ""
     # a value and words after it: another value when hedged or conditional (`, or perhaps 14 apples`, `(or 18 if we
     # count the empty set)`), judged without the words; else the words restate it (`or 125 cents`, `or -5, which
     # is rejected`)
@@ -232,6 +235,23 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS):
         return sentence[: m.end()] + " " + value.group().strip()
     return ""
+
+
+# a value, then the unit it is in (`$300$ if measured in centimeters`, `300 when expressed in cm`, `$\frac{\pi}{2}$ in
+# radians`): after a box's "or", the box's value converted, no other value offered
+_CONVERSION = re.compile(
+    r"(?:(?:if|when)\s+(?:(?:it\s+is|it's|we|they\s+are)\s+)?(?:measured|expressed|written|given|converted|measure"
+    r"|express|write|convert)\s+(?:it\s+)?)?(?:in|into|to)\s+(?P<unit>[A-Za-z]+(?:\s+[A-Za-z]+)?)[\s.,;!)]*",
+    re.IGNORECASE,
+)
+
+
+def _converted(rest: str) -> bool:
+    """Whether the words after a box's "or" are a value (`_LONE_VALUE`) in a unit (`_CONVERSION`; the unit known:
+    `_is_unit`)."""
+    value = _LONE_VALUE.match(rest)
+    m = _CONVERSION.fullmatch(rest, value.end()) if value else None
+    return m is not None and _is_unit(m.group("unit"))
 
 
 def _hedge_before(text: str, start: int, end: int) -> str:

@@ -1,7 +1,8 @@
 """How a model writes an answer around its value, shared by `rewards.math` (which answer is judged, and whether it
 equals the truth) and `rewards.hedges` (whether it commits to one value): the boxes of a text (`_boxes`), the
-presentation stripped before any comparison (`clean_answer`), and the marks that end a sentence, a paragraph or an
-answer. Standard library only; it imports no other reward module but `notation`.
+presentation stripped before any comparison (`clean_answer`), the marks that end a sentence, a paragraph or an
+answer, and the words that name a unit (`_is_unit`). Standard library only; it imports no other reward module but
+`notation`.
 """
 
 from __future__ import annotations
@@ -89,3 +90,50 @@ def clean_answer(answer: str) -> str:
     if _GROUPED_NUMBER.fullmatch(s):  # not in {100,200}, [0,100] or (1,500): there a comma separates elements
         s = _THOUSANDS.sub("", s)
     return s
+
+
+# a word of a unit: a unit of length, area, volume, time, mass, money or angle (singular, plural, abbreviated; the
+# only single letters SI's m, g, s, l, h), or a plural count noun (`apples`, `students`, `ways`: 4 letters or more
+# ending in one `s`; `people`, `children`), with connectors inside a unit of several words (`square units`,
+# `meters per second`, `km/h`); not a word that changes the value (`pi`, `squared`, `factorial`, `tenths`, `halves`,
+# `times`, `dozens`, `gross`) or hedges (`or`, `perhaps`). An allowlist: a word not known to name a unit keeps the
+# answer as it is.
+_UNIT_WORDS = frozenset(
+    "m g s l h mm cm dm km nm mi ft yd kg mg lb lbs oz ml cl dl cc gal qt sec secs min mins hr hrs yr yrs ms mph kph "
+    "kmh deg rad "
+    "meter meters metre metres millimeter millimeters millimetre millimetres centimeter centimeters centimetre "
+    "centimetres kilometer kilometers kilometre kilometres inch inches foot feet yard yards mile miles "
+    "acre acres hectare hectares "
+    "liter liters litre litres milliliter milliliters millilitre millilitres gallon gallons quart quarts pint pints "
+    "cup cups teaspoon teaspoons tablespoon tablespoons "
+    "second seconds minute minutes hour hours day days week weeks month months year years decade decades century "
+    "centuries "
+    "gram grams kilogram kilograms milligram milligrams pound pounds ounce ounces ton tons tonne tonnes "
+    "dollar dollars cent cents penny pennies nickel nickels dime dimes euro euros yen yuan rupee rupees "
+    "degree degrees radian radians celsius fahrenheit kelvin "
+    "in unit units people children men women sheep fish mice geese teeth".split()  # and irregular plurals
+)
+_UNIT_CONNECTORS = frozenset("square cubic sq cu per".split())
+_PLURAL_NOUN = re.compile(r"[a-z]{2,}[^s]s")
+_NOT_COUNT_NOUNS = re.compile(  # plural-looking words that change the value or are no nouns
+    r".*ths|halves|thirds|quarters|ones|twos|threes|tens|hundreds|thousands|millions|billions|trillions|dozens|"
+    r"scores|pairs|couples|percents|times|sometimes|perhaps|always|besides|towards|afterwards|whereas|.*(?:us|is)"
+)
+
+
+def _is_unit(words: str, one: bool = False) -> bool:
+    """Whether `words` (a number's text after it: `cm`, `square units`, `km/h`, `apples`) names a unit (`_UNIT_WORDS`,
+    a plural count noun, connectors inside, `squared` / `cubed` after a unit). `one`: the number is 1, so a count
+    noun is singular (`1 way`, `1 solution`)."""
+    parts = words.lower().replace("/", " ").split()
+    if not parts or parts[-1] in _UNIT_CONNECTORS:
+        return False
+
+    def noun(w: str) -> bool:
+        plural = w + "s" if one and not w.endswith("s") else w
+        return bool(_PLURAL_NOUN.fullmatch(plural)) and not _NOT_COUNT_NOUNS.fullmatch(plural)
+
+    return all(
+        w in _UNIT_WORDS or w in _UNIT_CONNECTORS or (i > 0 and w in ("squared", "cubed")) or noun(w)
+        for i, w in enumerate(parts)
+    )
