@@ -1577,3 +1577,27 @@ def test_a_unit_conversion_after_the_box_is_no_hedge():
     for run in (" " * 40_000, "in " * 13_000, "1" * 40_000):
         _hedges._CONVERSION.fullmatch(run), math_score("\\boxed{3} — or 300 " + run + " cm", "3")
     assert time.process_time() - t0 < 0.5
+
+
+def test_an_alternative_further_from_a_stated_answer_is_a_hedge_unless_it_corrects():
+    """An "Alternatively" paragraph boxing another value was a hedge only right after the answer's paragraph: after
+    a paragraph checking the answer (`Answer: 4`, a check, then `Alternatively, with order, $\\boxed{8}$.`) it read
+    as 8 alone. Now a hedge when the answer is stated as one (a label, "the answer is"; a step's box is not); an
+    alternative that names its value the correct answer corrects (`So the correct answer is $\\boxed{16}$`)."""
+    check = "\n\nLet me double-check by listing the pairs: (1,2), (1,3), (2,3), (3,4). That is 4 pairs.\n\n"
+    for answer in ("So the answer is $\\boxed{4}$.", "Answer: 4", "**Final Answer:** $\\boxed{4}$"):
+        response = answer + check + "Alternatively, if order matters, there are $\\boxed{8}$."
+        assert not math_score(response, "8") and not math_score(response, "4"), answer
+        assert math_score(answer + check + "Alternatively, counting directly, $\\boxed{4}$.", "4"), answer
+        assert math_score(answer + "\n\nWait, I missed one." + check[2:] + "Alternatively, $\\boxed{5}$.", "5")
+    step = (
+        "The number of pairs is $\\boxed{6}$.\n\nEach pair can be ordered in 2 ways.\n\nAlternatively, $\\boxed{12}$."
+    )
+    assert math_score(step, "12")
+    method = "So the answer is $\\boxed{12}$.\n\n**Alternative method:** Count the complement: $36 - 20 = 16$. "
+    assert math_score(method + "So the correct answer is $\\boxed{16}$.", "16")
+    assert not math_score(method + "So the answer is $\\boxed{16}$.", "16")
+    t0 = time.process_time()
+    for middle in ("x\n\n" * 20_000, "### A\n\n- b\n\n" * 5_000, "Alternatively:\n\n" * 10_000):
+        math_score("So the answer is $\\boxed{4}$.\n\n" + middle + "Alternatively, $\\boxed{8}$.", "8")
+    assert time.process_time() - t0 < 1.0

@@ -56,7 +56,11 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
             break
         first -= 1
     previous_end = boxes[first - 1][0] + len(boxes[first - 1][1]) + 2 if first > 0 else 0
-    alternative = first == len(boxes) - 1 and first > 0 and _alternative(text, previous_end, boxes[first][0])
+    alternative = (
+        first == len(boxes) - 1
+        and first > 0
+        and _alternative(text, previous_end, boxes[first][0], _stated(text, boxes[first - 1][0]))
+    )
     if alternative:
         first -= 1  # `\\boxed{4}.` then a paragraph `Alternatively, ... \\boxed{8}`: two answers offered, a hedge
     j, c = boxes[-1]
@@ -102,7 +106,7 @@ def alternative_to_label(text: str, label: tuple[str, int], boxes: list[tuple[in
     then `Alternatively, if we count both orders, \\boxed{8}.`: a hedge, as after a box), else None."""
     content, end = label
     j, c = boxes[-1]
-    if j < end or (len(boxes) >= 2 and boxes[-2][0] >= end) or not _alternative(text, end, j):
+    if j < end or (len(boxes) >= 2 and boxes[-2][0] >= end) or not _alternative(text, end, j, stated=True):
         return None
     return (
         content.rstrip()
@@ -122,31 +126,50 @@ _LIST_ITEM = re.compile(r"[ \t]*(?:[-+*]|\d{1,2}[.)])[ \t]")
 # part could take were tried at every split, quadratic on a long line of them)
 _CLOSING_LINE = re.compile(r"[ \t.,;]*|[ \t]*(?:\\\]|\$\$|\\\))[ \t.,;]*")
 # an error found in the text before the last box: a correction, not another answer (`Alternatively, let me recount:
-# ... I missed $(2,4)$, so the answer is $\boxed{5}$.`, `I previously missed one`, `I must have miscounted`)
+# ... I missed $(2,4)$, so the answer is $\boxed{5}$.`, `I previously missed one`, `I must have miscounted`); or
+# the last value named the correct answer (`**Alternative method:** ... So the correct answer is $\boxed{16}$.`,
+# `the actual answer is`, `the answer is actually`: the first answer dropped)
 _CORRECTION = re.compile(
     r"(?<![A-Za-z])(?:wait|actually(?=,)|(?:a|my|an)\s+(?:mistake|error)|I\s+(?:(?:previously|initially|earlier"
     r"|originally|first|must\s+have)\s+)?(?:missed|forgot|overcounted|undercounted|miscounted|misread)"
-    r"|(?:was|is)\s+(?:wrong|incorrect))(?![A-Za-z])",
+    r"|(?:was|is)\s+(?:wrong|incorrect)|(?:correct|actual|right|true)\s+answer\s+(?:is|must\s+be)"
+    r"|answer\s+is\s+actually)(?![A-Za-z])",
     re.IGNORECASE,
 )
 
 
-def _alternative(text: str, after: int, last: int) -> bool:
+def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool:
     """Whether the box opening at `last` ends an `_ALTERNATIVE` text right after the answer ending at `after`: in
     the paragraph right after the answer's (`_alternative_paragraphs`: a section that goes on below it too), or in
     the answer's paragraph, right after its sentence or its line (`\\boxed{4}. Alternatively, if we count both
     orders, \\boxed{8}.`, `\\[\\boxed{4}\\]` then a line `Alternatively, ...`: a hedge in one paragraph as in two);
-    not when that text finds an error (`_CORRECTION`: the last box corrects the answer)."""
+    when the answer is `stated` as one (a label, "the answer is", `_stated`), in a later paragraph too (`\\boxed{4}`,
+    a paragraph checking it, then `Alternatively, ...`; a step's box is not). Not when the text after the answer
+    finds an error or names the last value the correct answer (`_CORRECTION`: the last box corrects the answer)."""
     between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     paragraphs = paragraphs[:1] + [q for q in paragraphs[1:] if not _RULE.fullmatch(q)]  # `---` parts nothing
     if len(paragraphs) >= 2:
-        alternative = _alternative_paragraphs([q for q in paragraphs[1:] if q.strip()])
+        later = [q for q in paragraphs[1:] if q.strip()]
+        alternative = _alternative_paragraphs(later)
+        if alternative is None and stated and _later_alternative(later):
+            alternative = "\n\n".join(later)  # (the paragraphs before it searched for an error too)
     else:
         sentences = _SENTENCE_END.split(between, maxsplit=1)
         alternative = sentences[1] if len(sentences) == 2 and _ALTERNATIVE.match(sentences[1]) else None
         alternative = alternative or _alternative_line(between)
     return alternative is not None and not _CORRECTION.search(alternative)
+
+
+_ANSWER_WORD = re.compile(r"(?<![A-Za-z])answer(?![A-Za-z])", re.IGNORECASE)
+
+
+def _stated(text: str, box: int) -> bool:
+    """Whether the box opening at `box` is stated as the answer: its sentence, on its line, names "the answer"
+    before it (`So the answer is $\\boxed{4}$`, `**Final Answer:** $\\boxed{10}$`; not `The number of pairs is
+    $\\boxed{6}$`, a step's box). Reads at most 200 characters before the box."""
+    line = text[max(0, box - 200) : box].rsplit("\n", 1)[-1]
+    return _ANSWER_WORD.search(_SENTENCE_END.split(line)[-1]) is not None
 
 
 def _alternative_paragraphs(paragraphs: list[str]) -> str | None:
@@ -164,6 +187,26 @@ def _alternative_paragraphs(paragraphs: list[str]) -> str | None:
     else:
         goes_on = len(paragraphs) == 1
     return "\n\n".join(paragraphs) if goes_on else None
+
+
+def _later_alternative(paragraphs: list[str]) -> bool:
+    """Whether a paragraph after the first of `paragraphs` opens one `_ALTERNATIVE` text that ends with them, as
+    `_alternative_paragraphs` reads one from the first. From the last paragraph back, each read once: the
+    paragraphs after a candidate are all continued (`_continued`) and hold no section, or it may open none."""
+    last = len(paragraphs) - 1
+    sections_after, continued = False, True
+    for k in range(last, 0, -1):
+        q = paragraphs[k]
+        if _ALTERNATIVE.match(q):
+            section = _SECTION.match(q) is not None
+            if (not sections_after) if section else (k == last or (q.rstrip().endswith(":") and continued)):
+                return True
+        if k < last:
+            continued = continued and _continued(q)
+        sections_after = sections_after or _SECTION.match(q) is not None
+        if sections_after and not continued and k < last:
+            return False
+    return False
 
 
 def _continued(paragraph: str) -> bool:
