@@ -1601,3 +1601,20 @@ def test_an_alternative_further_from_a_stated_answer_is_a_hedge_unless_it_correc
     for middle in ("x\n\n" * 20_000, "### A\n\n- b\n\n" * 5_000, "Alternatively:\n\n" * 10_000):
         math_score("So the answer is $\\boxed{4}$.\n\n" + middle + "Alternatively, $\\boxed{8}$.", "8")
     assert time.process_time() - t0 < 1.0
+
+
+def test_a_value_offered_after_the_box_and_its_unit_is_a_hedge():
+    """`There are $\\boxed{4}$ subsets — or 5.` and `$\\boxed{5}$ hours, or $6$ if we include the stop` read as the
+    box alone (the "or" must follow the box); `\\boxed{14}, but it could also be $15$` too. The box's unit is read
+    past now (a known unit or a plural count noun, `_is_unit`), "but it could also be" offers as "or" does, and
+    "with", "including" set a condition as "if" does; a conversion after the unit still restates."""
+    for tail in ("subsets — or 6.", "subsets — or $6$ with the empty set.", "hours, or $6$ if we include the stop.",
+                 "ways, or maybe $13$.", ", but it could also be $15$.", "hours, or 6 including it."):  # fmt: skip
+        assert not math_score("So there are $\\boxed{5}$ " + tail, "5"), tail
+    for tail in ("hours, or $300$ minutes.", "feet — or $4$ yards.", "subsets, or more precisely $5$.", "ways."):
+        assert math_score("So there are $\\boxed{5}$ " + tail, "5"), tail
+    t0 = time.process_time()
+    for run in (" " * 40_000, "ways " * 8_000, "but it could " * 3_000):
+        _hedges._UNIT_BEFORE_OR.match(run), _hedges._BUT_ALSO.search(run)
+        math_score("\\boxed{5} " + run + " or 6", "5"), math_score("\\boxed{5} ways" + run, "5")
+    assert time.process_time() - t0 < 0.5

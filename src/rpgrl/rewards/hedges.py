@@ -232,6 +232,21 @@ def _alternative_line(between: str) -> str | None:
 _OR_AFTER = re.compile(
     rf"(?:\s|\$|\\[)\] ]|\\q?quad|[,;(])*(?:{_DASH}\s*)?(?:(?<![A-Za-z\\])or(?![A-Za-z])|\\text\s*\{{\s*or\s*\}})"
 )
+# another value offered as "or" offers it (`\boxed{14}, but it could also be $15$`): read as "or"
+_BUT_ALSO = re.compile(r"(?<![A-Za-z])but\s+(?:it|the\s+answer)\s+(?:could|might|may)\s+(?:also\s+)?be(?![A-Za-z])")
+# a unit after the box, before that "or" (`\boxed{4} subsets — or 5`, `\boxed{5} hours, or 6 if ...`): one or two
+# words, not "or" itself
+_UNIT_BEFORE_OR = re.compile(r"[ \t$]*(?:\\text\s*\{\s*)?([A-Za-z]+(?:[ \t]+(?!or(?![A-Za-z]))[A-Za-z]+)?)[ \t]*\}?")
+
+
+def _or_after(line: str) -> re.Match | None:
+    """The match of `_OR_AFTER` on the box's `line`, after the box's unit if any (`_UNIT_BEFORE_OR`, `_is_unit`)."""
+    m = _OR_AFTER.match(line)
+    if m is None and (unit := _UNIT_BEFORE_OR.match(line)) and _is_unit(unit.group(1)):
+        m = _OR_AFTER.match(line, unit.end())
+    return m
+
+
 # what may follow that "or" for a second value: a lone number or plain math, no words (`or approximately 2.83`,
 # `or equivalently 2^2 \cdot 3`, `or 50\%` restate the answer in other terms; `or 13` offers another)
 _LONE_VALUE = re.compile(
@@ -246,8 +261,8 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     (`or maybe six`) or, after a choice `kept` in the box, another choice (`or (D)`), else "" (also when the text
     after the sentence rejects a lone value offered: `_rejected`). Reads at most MAX_ANSWER_CHARS characters of the
     box's line (a longer answer is judged wrong anyway)."""
-    line = text[end : end + MAX_ANSWER_CHARS].split("\n", 1)[0]
-    m = _OR_AFTER.match(line)
+    line = _BUT_ALSO.sub("or", text[end : end + MAX_ANSWER_CHARS].split("\n", 1)[0], count=1)
+    m = _or_after(line)
     if m is None:
         return ""
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
@@ -539,7 +554,8 @@ def _equation_before_or(before: str, value: str) -> bool:
 # a variable assigned at the start of what follows that "or" (`or $x = 4$`): the value after it is read
 _ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
 _WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
-_CONDITIONS = frozenset("if when whenever unless depending assuming provided".split())  # `or 14 if ...`
+# `or 14 if ...`, `or 5 with the empty set`, `or 6 including the stop`
+_CONDITIONS = frozenset("if when whenever unless depending assuming provided with without including excluding".split())
 # a word after "or" that offers another value, hedged; "or else" too (`$\boxed{12}$, or else 13` and `13, or else
 # \boxed{12}` were right for 12: "else" read as words restating it); not "or at least 12", which restates
 _HEDGING = r"(?:(?:maybe|perhaps|possibly|probably)(?:[\s,]+even)?|else)"  # `or maybe even 13` too
