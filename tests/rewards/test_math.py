@@ -1597,6 +1597,10 @@ def test_an_alternative_further_from_a_stated_answer_is_a_hedge_unless_it_correc
     method = "So the answer is $\\boxed{12}$.\n\n**Alternative method:** Count the complement: $36 - 20 = 16$. "
     assert math_score(method + "So the correct answer is $\\boxed{16}$.", "16")
     assert not math_score(method + "So the answer is $\\boxed{16}$.", "16")
+    conditional = (
+        "So the answer is $\\boxed{4}$.\n\nAlternatively, if order matters, the correct answer is $\\boxed{8}$."
+    )
+    assert not math_score(conditional, "8")  # a condition: another answer offered, not a correction
     t0 = time.process_time()
     for middle in ("x\n\n" * 20_000, "### A\n\n- b\n\n" * 5_000, "Alternatively:\n\n" * 10_000):
         math_score("So the answer is $\\boxed{4}$.\n\n" + middle + "Alternatively, $\\boxed{8}$.", "8")

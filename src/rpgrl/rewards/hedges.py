@@ -127,15 +127,28 @@ _LIST_ITEM = re.compile(r"[ \t]*(?:[-+*]|\d{1,2}[.)])[ \t]")
 _CLOSING_LINE = re.compile(r"[ \t.,;]*|[ \t]*(?:\\\]|\$\$|\\\))[ \t.,;]*")
 # an error found in the text before the last box: a correction, not another answer (`Alternatively, let me recount:
 # ... I missed $(2,4)$, so the answer is $\boxed{5}$.`, `I previously missed one`, `I must have miscounted`); or
-# the last value named the correct answer (`**Alternative method:** ... So the correct answer is $\boxed{16}$.`,
-# `the actual answer is`, `the answer is actually`: the first answer dropped)
+# the last value named the correct answer (`_NAMED_CORRECT`: `**Alternative method:** ... So the correct answer is
+# $\boxed{16}$.`, `the actual answer is`, `the answer is actually`: the first answer dropped)
 _CORRECTION = re.compile(
     r"(?<![A-Za-z])(?:wait|actually(?=,)|(?:a|my|an)\s+(?:mistake|error)|I\s+(?:(?:previously|initially|earlier"
     r"|originally|first|must\s+have)\s+)?(?:missed|forgot|overcounted|undercounted|miscounted|misread)"
-    r"|(?:was|is)\s+(?:wrong|incorrect)|(?:correct|actual|right|true)\s+answer\s+(?:is|must\s+be)"
-    r"|answer\s+is\s+actually)(?![A-Za-z])",
+    r"|(?:was|is)\s+(?:wrong|incorrect))(?![A-Za-z])",
     re.IGNORECASE,
 )
+# the last value named the correct answer, with no condition in the text (`Alternatively, if order matters, the
+# correct answer is $\boxed{8}$` offers it, a hedge still)
+_NAMED_CORRECT = re.compile(
+    r"(?<![A-Za-z])(?:(?:correct|actual|right|true)\s+answer\s+(?:is|must\s+be)|answer\s+is\s+actually)(?![A-Za-z])",
+    re.IGNORECASE,
+)
+_CONDITION = re.compile(r"(?<![A-Za-z])(?:if|unless|assuming|when)(?![A-Za-z])", re.IGNORECASE)
+
+
+def _corrects(alternative: str) -> bool:
+    """Whether the text before the last box corrects the answer (`_CORRECTION`, or `_NAMED_CORRECT` unconditioned)."""
+    if _CORRECTION.search(alternative):
+        return True
+    return _NAMED_CORRECT.search(alternative) is not None and _CONDITION.search(alternative) is None
 
 
 def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool:
@@ -145,7 +158,7 @@ def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool
     orders, \\boxed{8}.`, `\\[\\boxed{4}\\]` then a line `Alternatively, ...`: a hedge in one paragraph as in two);
     when the answer is `stated` as one (a label, "the answer is", `_stated`), in a later paragraph too (`\\boxed{4}`,
     a paragraph checking it, then `Alternatively, ...`; a step's box is not). Not when the text after the answer
-    finds an error or names the last value the correct answer (`_CORRECTION`: the last box corrects the answer)."""
+    finds an error or names the last value the correct answer (`_corrects`: the last box corrects the answer)."""
     between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     paragraphs = paragraphs[:1] + [q for q in paragraphs[1:] if not _RULE.fullmatch(q)]  # `---` parts nothing
@@ -158,7 +171,7 @@ def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool
         sentences = _SENTENCE_END.split(between, maxsplit=1)
         alternative = sentences[1] if len(sentences) == 2 and _ALTERNATIVE.match(sentences[1]) else None
         alternative = alternative or _alternative_line(between)
-    return alternative is not None and not _CORRECTION.search(alternative)
+    return alternative is not None and not _corrects(alternative)
 
 
 _ANSWER_WORD = re.compile(r"(?<![A-Za-z])answer(?![A-Za-z])", re.IGNORECASE)
