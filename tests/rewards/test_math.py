@@ -1623,3 +1623,20 @@ def test_a_value_offered_after_the_box_and_its_unit_is_a_hedge():
         _hedges._UNIT_BEFORE_OR.match(run), _hedges._BUT_ALSO.search(run)
         math_score("\\boxed{5} " + run + " or 6", "5"), math_score("\\boxed{5} ways" + run, "5")
     assert time.process_time() - t0 < 0.5
+
+
+def test_an_answer_sentence_correcting_the_last_box_is_the_answer():
+    """`\\boxed{7}`, then `Wait, that's wrong: I forgot the divisor 1, so the answer is 8.` ending the response was
+    judged as 7: a sentence stating the answer after the last box is read when the text after the box corrects it
+    (`wait`, `I forgot`, `the correct answer is`), as a later box or label is; not a check that finds no error."""
+    box = "So the answer is $\\boxed{7}$.\n\n"
+    assert math_score(box + "Wait, that's wrong: I forgot the divisor 1, so the answer is 8.", "8")
+    assert not math_score(box + "Wait, that's wrong: I forgot the divisor 1, so the answer is 8.", "7")
+    assert math_score(box + "Hmm, I made a mistake above; $x = 8$ is the correct answer.", "8")
+    assert not math_score(box + "Wait, maybe the answer is 7 or 8.", "7")
+    assert math_score(box + "Checking: the divisors are 1, 2, 4, 8, 16, 32, 64, so the answer is 7.", "7")
+    assert not math_score(box + "Double-checking the count, the answer is 8.", "8")  # no error found: the box
+    t0 = time.process_time()
+    for run in ("wait " * 8_000, " " * 40_000, "the answer is " * 3_000):
+        math_score(box + run + "so the answer is 8.", "8")
+    assert time.process_time() - t0 < 0.5

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
-from rpgrl.rewards.hedges import alternative_to_label, box_run, is_hedge, values_offered
+from rpgrl.rewards.hedges import _corrects, alternative_to_label, box_run, is_hedge, values_offered
 from rpgrl.rewards.notation import bracket_end
 from rpgrl.rewards.presentation import (
     _DELIMITERS,
@@ -245,12 +245,22 @@ def _answer_in(text: str) -> str | None:
         return label[0]  # no box after the label's answer (a later box is a correction: the last answer counts)
     if boxes:  # (after a label, a box may offer an alternative to its answer: `Answer: 4` then `Alternatively, ...`)
         offered = alternative_to_label(text, label, boxes) if label is not None else None
-        return offered or box_run(text, boxes)
+        return offered or _corrected_in_a_sentence(text, boxes[-1]) or box_run(text, boxes)
     labels = list(_LABEL.finditer(text))
     if labels:  # a label with only prose after it: judged as it is (wrong, unless the prose is the answer)
         return _label_content(text, labels[-1].end())[0]
     tail = text[-4 * MAX_ANSWER_CHARS :]
     return _answer_is_value(tail) or _value_is_answer(tail)
+
+
+def _corrected_in_a_sentence(text: str, box: tuple[int, str]) -> str | None:
+    """The value of an answer sentence ending the response after the last `box` (`_answer_is_value`,
+    `_value_is_answer`) when the text after the box corrects it (`hedges._corrects`: `\\boxed{7}`, then `Wait,
+    I forgot the divisor 1, so the answer is 8.`: the last answer counts), else None."""
+    after = text[box[0] + len(box[1]) + 2 :]
+    tail = after[-4 * MAX_ANSWER_CHARS :]
+    value = _answer_is_value(tail) or _value_is_answer(tail)
+    return value if value is not None and _corrects(after) else None
 
 
 def _answer_is_value(tail: str) -> str | None:
