@@ -1549,6 +1549,7 @@ def test_a_value_named_the_answer_in_the_last_sentence_is_the_answer():
     assert math_score(ending + "We can see that 540 is the correct answer.\n\nI hope it is correct.", "540")
     assert math_score(ending + "Therefore, $\\frac12$ is the final answer to the problem.", "\\frac{1}{2}")
     assert math_score(ending + "Both roots check out in the original; $x = 3$ is the answer.", "3")
+    assert math_score(ending + "Thus $n = 3$ is the smallest positive integer solution.", "3")
     for wrong in ("So $x = 3$ is the only valid answer. But wait, let me check $x = -2$.", "Thus $3$ or $4$ is the "
                   "answer.", "So $x = 3$ is not the answer.", "Plugging in, $x = 3$ is the answer we want, since it "
                   "works. Now try $x = 5$."):  # fmt: skip
@@ -1586,7 +1587,12 @@ def test_an_alternative_further_from_a_stated_answer_is_a_hedge_unless_it_correc
     as 8 alone. Now a hedge when the answer is stated as one (a label, "the answer is"; a step's box is not); an
     alternative that names its value the correct answer corrects (`So the correct answer is $\\boxed{16}$`)."""
     check = "\n\nLet me double-check by listing the pairs: (1,2), (1,3), (2,3), (3,4). That is 4 pairs.\n\n"
-    for answer in ("So the answer is $\\boxed{4}$.", "Answer: 4", "**Final Answer:** $\\boxed{4}$"):
+    for answer in (
+        "So the answer is $\\boxed{4}$.",
+        "Answer: 4",
+        "**Final Answer:** $\\boxed{4}$",
+        "**Final Answer**\n\\[\\boxed{4}\\]",
+    ):
         response = answer + check + "Alternatively, if order matters, there are $\\boxed{8}$."
         assert not math_score(response, "8") and not math_score(response, "4"), answer
         assert math_score(answer + check + "Alternatively, counting directly, $\\boxed{4}$.", "4"), answer

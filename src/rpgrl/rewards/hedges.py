@@ -178,11 +178,12 @@ _ANSWER_WORD = re.compile(r"(?<![A-Za-z])answer(?![A-Za-z])", re.IGNORECASE)
 
 
 def _stated(text: str, box: int) -> bool:
-    """Whether the box opening at `box` is stated as the answer: its sentence, on its line, names "the answer"
-    before it (`So the answer is $\\boxed{4}$`, `**Final Answer:** $\\boxed{10}$`; not `The number of pairs is
-    $\\boxed{6}$`, a step's box). Reads at most 200 characters before the box."""
-    line = text[max(0, box - 200) : box].rsplit("\n", 1)[-1]
-    return _ANSWER_WORD.search(_SENTENCE_END.split(line)[-1]) is not None
+    """Whether the box opening at `box` is stated as the answer: its sentence, in its paragraph, names "the answer"
+    before it (`So the answer is $\\boxed{4}$`, `**Final Answer:** $\\boxed{10}$`, `**Final Answer**` then
+    `\\[\\boxed{7}\\]` below; not `The number of pairs is $\\boxed{6}$`, a step's box). Reads at most 200
+    characters before the box."""
+    paragraph = _PARAGRAPH_BREAK.split(text[max(0, box - 200) : box])[-1]
+    return _ANSWER_WORD.search(_SENTENCE_END.split(paragraph)[-1]) is not None
 
 
 def _alternative_paragraphs(paragraphs: list[str]) -> str | None:

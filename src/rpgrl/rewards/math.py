@@ -291,10 +291,11 @@ def _value_is_answer(tail: str) -> str | None:
 _ANSWER_IS_SENTENCE = re.compile(r"\banswer\s+is\b:?[ \t]*", re.IGNORECASE)
 _CLOSING = re.compile(r"\s*(?:I hope it is correct\.?\s*)?", re.IGNORECASE)  # what may follow the last answer
 # the answer named after its value, ending a sentence: "$x = 3$ is the only valid answer.", "540 is the correct
-# answer to the problem." (one space run before "is": no retry inside a long run of spaces)
+# answer to the problem.", "$n = 12$ is the smallest positive integer solution." (one space run before "is": no
+# retry inside a long run of spaces)
 _IS_THE_ANSWER = re.compile(
-    r"(?<!\s)\s+is\s+(?:the|our)\s+(?:(?:only|final|correct|right|unique|valid|desired|required|positive|real|integer)"
-    r"\s+){0,3}(?:answer|solution)(?:\s+to\s+(?:the|this)\s+(?:problem|question|equation))?\s*[.!]?",
+    r"(?<!\s)\s+is\s+(?:the|our)\s+(?:(?:only|final|correct|right|unique|valid|desired|required|positive|real|integer"
+    r"|smallest|largest|least|greatest)\s+){0,3}(?:answer|solution)(?:\s+to\s+(?:the|this)\s+(?:problem|question|equation))?\s*[.!]?",
     re.IGNORECASE,
 )
 # what sets off that value in its sentence: a connective opening it (`So`, `Thus,`) or after a comma (`, so`, `,
