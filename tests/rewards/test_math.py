@@ -1530,6 +1530,17 @@ def test_unbraced_fraction_and_root_arguments_are_braced():
     assert math_score("\\boxed{\\sqrt[3]{16}}", "2\\sqrt[3]2") and not math_score("\\boxed{\\sqrt[3]2}", "\\sqrt{2}")
 
 
+def test_braced_arguments_deep_nesting_is_left_as_written():
+    """Nested `\\frac{` recursed three frames per level: 400 levels raised RecursionError. Past MAX_BRACE_DEPTH the
+    text is returned as it is; at the limit it is still rewritten."""
+    from rpgrl.rewards.notation import MAX_BRACE_DEPTH, braced_arguments
+
+    deep = "\\frac{" * 400 + "1" + "}2" * 400
+    assert braced_arguments(deep) == deep
+    at = "\\frac{" * MAX_BRACE_DEPTH + "1" + "}2" * MAX_BRACE_DEPTH
+    assert braced_arguments(at) == "\\frac{" * MAX_BRACE_DEPTH + "1" + "}{2}" * MAX_BRACE_DEPTH
+
+
 def test_bracing_arguments_takes_linear_time():
     t0 = time.process_time()
     for text in ("\\frac" * 20_000, "\\sqrt[" * 20_000, "\\sqrt{" * 20_000, "\\frac1" * 20_000, "\\frac{" * 60):

@@ -101,25 +101,32 @@ def braced_arguments(s: str) -> str:
     """`s` with the unbraced arguments of `\\frac` and `\\sqrt` braced, as LaTeX reads them (one token each; the
     equivalence check reads `\\frac12` and `\\sqrt3` but not `\\sqrt[3]2`, `\\frac\\pi2` or `2^\\frac12`),
     and such a command after `^` or `_` braced whole. An argument that is itself a command taking arguments
-    (`\\sqrt\\frac12`, no valid LaTeX) leaves its command as written. Linear: the braces are matched once.
+    (`\\sqrt\\frac12`, no valid LaTeX) leaves its command as written. Linear: the braces are matched once. Braces
+    nested deeper than MAX_BRACE_DEPTH leave `s` as it is (the rewrite recurses into braced arguments).
 
     >>> braced_arguments("4\\\\sqrt[3]2 + \\\\frac\\\\pi2"), braced_arguments("2^\\\\frac12")
     ('4\\\\sqrt[3]{2} + \\\\frac{\\\\pi}{2}', '2^{\\\\frac{1}{2}}')
     """
     if "frac" not in s and "\\sqrt" not in s:
         return s
-    return _braced(s, 0, len(s), _matching_braces(s))
+    closing, deepest = _matching_braces(s)
+    return s if deepest > MAX_BRACE_DEPTH else _braced(s, 0, len(s), closing)
 
 
-def _matching_braces(s: str) -> dict[int, int]:
-    """The position of the `}` closing each `{` of `s` that is closed."""
-    stack, closing = [], {}
+MAX_BRACE_DEPTH = 50  # three stack frames per level: far below Python's recursion limit (an answer of at most
+# MAX_ANSWER_CHARS = 300 characters nests at most 50 `\frac{`)
+
+
+def _matching_braces(s: str) -> tuple[dict[int, int], int]:
+    """The position of the `}` closing each `{` of `s` that is closed, and the deepest nesting of braces."""
+    stack, closing, deepest = [], {}, 0
     for i, ch in enumerate(s):
         if ch == "{":
             stack.append(i)
+            deepest = max(deepest, len(stack))
         elif ch == "}" and stack:
             closing[stack.pop()] = i
-    return closing
+    return closing, deepest
 
 
 def _braced(s: str, pos: int, stop: int, closing: dict[int, int]) -> str:
