@@ -435,6 +435,53 @@ def test_bad_rpg_options_fail_when_verl_builds_the_config(overrides, match):
 
 
 @pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            [PL + "beta=-1", PL + "clip=dual"],
+            "actor_rollout_ref.actor.policy_loss.beta with loss_mode rpg_urkl_reinforce: "
+            "beta must be finite and >= 0, got -1",
+        ),
+        (
+            [PL + "beta=1e-4", PL + "clip=dual", PL + "betta=1"],
+            "actor_rollout_ref.actor.policy_loss.betta is not a setting of RPGPolicyLossConfig (RPG's: beta, clip, ",
+        ),
+        ([PL + "clip=dual"], "RPGPolicyLossConfig needs beta and clip: add +actor_rollout_ref.actor.policy_loss.beta"),
+    ],
+)
+def test_verls_driver_check_names_a_bad_rpg_option_in_one_line(overrides, message):
+    """verl's `validate_config` (its driver's check before Ray starts) printed Hydra's wrapping: "Error in call to
+    target 'rpgrl.integrations.verl.RPGPolicyLossConfig':", the refusal's repr and a "full_key:" line."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils import config as verl_config
+
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        cfg = compose("ppo_trainer", overrides=["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", RPG_TARGET,
+                                                "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce",
+                                                *overrides])  # fmt: skip
+    with pytest.raises(InstantiationException) as info:
+        verl_config.validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_verls_driver_prints_a_bad_rpg_option_in_one_line():
+    """`python -m verl.trainer.main_ppo ...` as a user runs it: Hydra prints the failed job's overrides, then the
+    error; the error is one line (it was three). Nothing starts: the driver checks its config before Ray."""
+    args = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", RPG_TARGET, PL + "beta=-1", PL + "clip=dual",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=rpg_urkl_reinforce"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}  # Hydra's default: no traceback
+    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("Error executing job with overrides"))
+    assert done.returncode == 1 and lines[start + 1 :] == [  # verl's driver exits 1 on any error
+        "actor_rollout_ref.actor.policy_loss.beta with loss_mode rpg_urkl_reinforce: beta must be finite and >= 0, "
+        "got -1",
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",
+    ], done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
     "mode, overrides, match",
     [
         ("rpg_urkl_differentiable", [PL + "beta=1e-4", PL + "clip=truncate"], "clip='truncate'.*needs style"),

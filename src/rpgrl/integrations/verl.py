@@ -24,7 +24,8 @@ config, rollout_is_weights)` with `config` the actor config (`verl.workers.confi
         +actor_rollout_ref.actor.policy_loss.beta=1e-4
         +actor_rollout_ref.actor.policy_loss.clip=dual
     The fields are validated when verl builds the actor config (in the driver's `validate_config`, before Ray
-    starts); a misspelt key fails there.
+    starts); a misspelt key fails there, in one line naming the key (`RPGConfigError`; Hydra's own wrapping took
+    three).
   - verl's own KL loss (`actor.use_kl_loss`, computed against a reference worker) must be off: RPG's KL is inside
     the loss and its anchor is pi_old (`old_log_prob`). The loss refuses a config with both, on its first call.
     `algorithm.use_kl_in_reward` is a reward-side penalty that the actor cannot see; leave it False as well.
@@ -51,14 +52,18 @@ Metrics are returned as detached 0-dim tensors under `actor/<rpgrl name>` (`acto
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from hydra.errors import InstantiationException
 from omegaconf import MISSING
 from verl.models.transformers import monkey_patch as _verl_monkey_patch
 from verl.trainer.ppo.core_algos import agg_loss, register_adv_est, register_policy_loss
+from verl.utils import config as _verl_config
 from verl.utils import import_utils as _verl_import_utils
 from verl.workers.config import PolicyLossConfig
 
@@ -266,6 +271,51 @@ def _trl_has_value_head() -> bool:
 # keeps its fix.
 if getattr(_verl_monkey_patch, "is_trl_available", None) is _verl_import_utils.is_trl_available:
     _verl_monkey_patch.is_trl_available = _trl_has_value_head
+
+
+class RPGConfigError(InstantiationException):
+    """A refused `RPGPolicyLossConfig`, in one line. Hydra's `instantiate` wraps the refusal as "Error in call to
+    target ...:\nValueError('...')\nfull_key: ...", which verl's driver prints as is; still an
+    InstantiationException for whoever catches that."""
+
+
+_TARGET = f"{__name__}.{RPGPolicyLossConfig.__name__}"
+_UNKNOWN_KEY = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def _one_line(error: Exception, full_key: str) -> str:
+    """The refusal `error` raised while Hydra built the config at `full_key`, as one line."""
+    unknown = _UNKNOWN_KEY.search(str(error)) if isinstance(error, TypeError) else None
+    if unknown:
+        return (f"{full_key}.{unknown.group(1)} is not a setting of RPGPolicyLossConfig (RPG's: {', '.join(_OWN)}; "
+                "the others are verl's PolicyLossConfig's)")  # fmt: skip
+    text = " ".join(str(error).split())  # RPGPolicyLossConfig's own refusals start "policy_loss.<key>"
+    return f"{full_key.removesuffix('policy_loss')}{text}" if text.startswith("policy_loss.") else text
+
+
+def _rpg_errors_in_one_line(build):
+    """verl's `omega_conf_to_dataclass` with Hydra's wrapping of RPGPolicyLossConfig's refusals undone."""
+
+    @functools.wraps(build)
+    def omega_conf_to_dataclass(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return build(*args, **kwargs)
+        except InstantiationException as e:
+            lines = str(e).split("\n")
+            first, last = lines[0], lines[-1]
+            if e.__cause__ is None or f"'{_TARGET}'" not in first or isinstance(e, RPGConfigError):
+                raise
+            full_key = last.removeprefix("full_key: ") if last.startswith("full_key: ") else "policy_loss"
+            raise RPGConfigError(_one_line(e.__cause__, full_key)) from e.__cause__
+
+    omega_conf_to_dataclass.rpgrl_one_line = True
+    return omega_conf_to_dataclass
+
+
+# verl's driver builds the actor config with `omega_conf_to_dataclass` (in `validate_config`, looked up in its module
+# when called): its Hydra errors about RPGPolicyLossConfig become one line. Replaced once, and only verl's function.
+if not getattr(_verl_config.omega_conf_to_dataclass, "rpgrl_one_line", False):
+    _verl_config.omega_conf_to_dataclass = _rpg_errors_in_one_line(_verl_config.omega_conf_to_dataclass)
 
 
 for _d in DIVERGENCES:
