@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import random
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from rpgrl.models import build_char_tokenizer
-from rpgrl.rewards import get_reward
-from rpgrl.rewards.synthetic import CHARS, make_problem, make_problems, split_of, synthetic_reward
+from rpgrl.rewards import get_reward, synthetic
+from rpgrl.rewards.synthetic import CHARS, make_problem, make_problems, max_problems, split_of, synthetic_reward
 
 
 @pytest.mark.parametrize(
@@ -107,3 +110,32 @@ def test_reward_is_registered_and_accepts_every_reference_solution():
     for p in make_problems(200, seed=2, split="test"):
         assert fn(p.solution, p.answer).correct
         assert not fn(p.solution, str(int(p.answer) + 1)).correct
+
+
+class _CountingRandom(random.Random):
+    draws = 0
+
+    def _randbelow(self, n):
+        _CountingRandom.draws += 1
+        return super()._randbelow(n)
+
+
+def test_a_large_draw_takes_one_random_number_per_problem(monkeypatch):
+    """Near the split's size, drawing pairs and skipping repeats and other splits took ~28 random numbers per val
+    problem (1.1 million for 40,500): a large n samples the split's listed pairs, one number per problem."""
+    monkeypatch.setattr(synthetic, "random", SimpleNamespace(Random=_CountingRandom))
+    n = max_problems("val")
+    problems = make_problems(n, seed=4, split="val")
+    assert _CountingRandom.draws == n
+    pairs = {tuple(map(int, p.prompt[2:-1].split("+"))) for p in problems}
+    assert len(pairs) == n and all(split_of(a, b) == "val" for a, b in pairs)
+    assert [p.prompt for p in make_problems(n, seed=4, split="val")] == [p.prompt for p in problems]
+
+
+def test_the_defaults_problems_are_drawn_as_before():
+    """The embedded default trains on make_problems(20000, seed, "train") and evaluates on make_problems(300, 0,
+    "val"): the problems of every recorded run (hashes of the prompts at acaf2ad)."""
+    for n, seed, split, digest in ((20000, 0, "train", "793eb10ae14bd15b"), (20000, 1, "train", "b200452217f281e4"),
+                                   (300, 0, "val", "df3ddd68a30f617f")):  # fmt: skip
+        prompts = "".join(p.prompt for p in make_problems(n, seed, split))
+        assert hashlib.sha256(prompts.encode()).hexdigest()[:16] == digest
