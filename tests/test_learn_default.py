@@ -4,8 +4,10 @@ it, checked against the formula computed by hand."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -60,3 +62,28 @@ def test_curve_reads_eval_rows_and_the_table_counts_seeds_passing_at_each_step(t
     assert lines[5] == "| seeds passing | 1 | 1 |"
     assert lines[6] == f"| mean gain | {(20 + 20 + 35) / 3:+.1f} | {(40 + 25 + 20) / 3:+.1f} |"
     assert learn_default._curve_lines({"runs": [{"curve": [[0, 0.1], [120, 0.5]]}]}) == []  # start and end only
+
+
+def test_same_sitting_writes_its_results_into_a_new_folder(tmp_path, monkeypatch):
+    """`--same-sitting` under a `--results` in a folder that does not exist yet: the file was written without making
+    the folder (FileNotFoundError after every run had finished). Training and git are replaced here: `_train` writes
+    what a run leaves (metrics.jsonl) and returns its summary and wall time."""
+
+    def train(seed, out, extra, src=None):
+        out.mkdir(parents=True)
+        (out / "metrics.jsonl").write_text(json.dumps({"perf/update_s": 2.0, "perf/generation_s": 3.0}) + "\n")
+        wall = 20.0 if "baseline" in out.parts else 10.0
+        return {"gain_points": 31.0, "sft": {"seconds": 4.0}}, wall
+
+    def git(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 0, stdout="f" * 40 + "\n", stderr="")
+
+    monkeypatch.setattr(learn_default, "_train", train)
+    monkeypatch.setattr(learn_default, "_versions", lambda: {"commit": "abc"})
+    monkeypatch.setattr(learn_default, "subprocess", SimpleNamespace(run=git))
+    path = tmp_path / "new" / "folder" / learn_default.AB_FILE
+    result = learn_default.same_sitting("HEAD~1", [0, 1], [], path)
+    assert json.loads(path.read_text()) == result
+    assert result["ratio"] == pytest.approx(0.5) and [r["seed"] for r in result["runs"]] == [0, 1]
+    assert result["runs"][0]["current"]["phase_seconds"] == {"warm_start": 4.0, "update": 2.0, "generation": 3.0,
+                                                             "rest": 1.0}  # fmt: skip
