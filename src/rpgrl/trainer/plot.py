@@ -48,6 +48,10 @@ def plot_run(out: Path, png: Path | None = None) -> Path | None:
             os.replace(part, png)
             return png
         return None
+    except OSError as e:  # the picture's folder missing or read-only: named as given, not as the hidden part file
+        if e.filename is None or Path(e.filename) != part:
+            raise
+        raise OSError(e.errno, e.strerror, str(png)) from None
     finally:
         part.unlink(missing_ok=True)
 
