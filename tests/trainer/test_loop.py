@@ -1277,3 +1277,26 @@ def test_a_reward_failing_in_a_periodic_evaluation_keeps_the_step_and_the_resume
     loop.train(cfg, out, resume=True, on_step=_keep_weights(weights, "resumed"))
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
     assert all(torch.equal(weights["whole"][k], weights["resumed"][k]) for k in weights["whole"])
+
+
+def test_a_resume_on_other_training_data_is_refused(tmp_path, capsys):
+    """A data file edited after the run stopped (or a relative path resumed from another folder) was trained on
+    silently, the saved position in the prompt order indexing other prompts: refused in one line, nothing changed.
+    The same data resumes."""
+    from rpgrl.cli import main as rpgrl_main
+
+    rows = [{"prompt": f"What is {a}+{a}?", "answer": str(2 * a)} for a in range(12)]
+    data, out = tmp_path / "train.jsonl", tmp_path / "run"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loop.train(tiny(("data.train", str(data)), ("train.max_steps", "1")), out)
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    capsys.readouterr()
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rpgrl train: error: --resume: the training prompts differ") and err.count("\n") == 1, err
+    assert f"data.train {data} changed" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]

@@ -8,6 +8,7 @@ touched. `open_run` builds a `Run` from a config, restoring a checkpoint when re
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 from collections.abc import Callable
@@ -293,10 +294,11 @@ def lr_multiplier(step: int, warmup: int) -> float:
 
 
 class PromptStream:
-    """Training prompt order: a fresh seeded permutation every epoch; the state is (epoch, position)."""
+    """Training prompt order: a fresh seeded permutation every epoch; the state is (epoch, position), and the digest
+    of the prompts it orders (`data_digest`), which a resume compares."""
 
-    def __init__(self, n: int, seed: int, shuffle: bool):
-        self.n, self.seed, self.shuffle = n, seed, shuffle
+    def __init__(self, n: int, seed: int, shuffle: bool, digest: str | None = None):
+        self.n, self.seed, self.shuffle, self.digest = n, seed, shuffle, digest
         self.epoch, self.pos = 0, 0
         self._order = self._permutation()
 
@@ -317,12 +319,30 @@ class PromptStream:
             self.pos += take
         return out
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "pos": self.pos}
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "pos": self.pos, **({"digest": self.digest} if self.digest else {})}
 
     def load_state_dict(self, s: dict[str, int]) -> None:
         self.epoch, self.pos = s["epoch"], s["pos"]
         self._order = self._permutation()
+
+
+def data_digest(task: Task) -> str:
+    """The training data's identity: its encoded prompts and answers, in order."""
+    text = json.dumps([task.train_prompts, task.train_answers], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_same_data(saved: dict[str, Any], stream: PromptStream, cfg: Config, ckpt: Path) -> None:
+    """UsageError if the run of checkpoint `ckpt` trained on other prompts than these (a data file edited or
+    replaced since, a relative path resumed from another folder): its position in them would index other data.
+    Checkpoints written before the digest was kept are not checked."""
+    if saved.get("digest") in (None, stream.digest):
+        return
+    where = "the synthetic task" if cfg.synthetic else f"data.train {cfg.data.train}"
+    raise UsageError(f"--resume: the training prompts differ from those the run of {ckpt} trained on ({where} "
+                     "changed since it started, or a setting that encodes them did): restore them, or start a new "
+                     "run")  # fmt: skip
 
 
 def _seed_everything(seed: int) -> None:
@@ -545,13 +565,15 @@ def open_run(cfg: Config, out: Path, resume: bool, base: Config | None = None) -
     run = Run(
         cfg, out, model, tokenizer, task, benchmarks, params, make_optimizer(cfg, params),
         torch.Generator(device=model_device(model)).manual_seed(cfg.train.seed),
-        PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle), RunState(tracker=_tracker(cfg)),
+        PromptStream(len(task.train_prompts), cfg.train.seed, cfg.data.shuffle, data_digest(task)),
+        RunState(tracker=_tracker(cfg)),
         reward_fn, adv_fn, loss_fn, loss_opts, checkpoint=ckpt, skipped=skipped, restart=restart,
         newest_seen=newest_seen,
     )  # fmt: skip
     if ckpt is None:
         return run
     # restore everything now, so a checkpoint that does not fit the config changes nothing
+    _check_same_data(saved["data"], run.stream, cfg, ckpt)
     if saved.get("optimizer_name", cfg.optim.name) != cfg.optim.name:  # the states would load but mean nothing
         raise UsageError(f"checkpoint {ckpt} was written by {saved['optimizer_name']}, not {cfg.optim.name}")
     try:
