@@ -79,6 +79,9 @@ def _dir_problem(path: Path) -> str | None:
         return "it is a file, not a directory"
     existing = path
     while not existing.exists() and existing != existing.parent:  # nearest existing ancestor
+        if existing.is_symlink():  # mkdir would meet the link ("File exists")
+            name = "it" if existing == path else str(existing)
+            return f"{name} is a link to {os.readlink(existing)}, which leads to no folder (a broken link, or a loop)"
         existing = existing.parent
     if not existing.is_dir():
         return f"it lies below {existing}, which is a file"

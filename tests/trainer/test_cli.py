@@ -832,3 +832,19 @@ def test_a_temperature_past_float32_s_resolution_is_one_line_before_anything_is_
     err = capsys.readouterr().err
     assert err.startswith("rpgrl train: error: rollout.temperature must be <= 1e4") and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["dangling", "below dangling", "loop"])
+def test_an_out_through_a_broken_link_is_named_before_anything_loads(capsys, tmp_path, kind):
+    """A link to nothing passed every check (it does not exist, its folder is writable); the run then failed making
+    it, after the model loaded, with "cannot write there: File exists"; `rpgrl eval --out` and `rpgrl reproduce`
+    share the check."""
+    link = tmp_path / "link"
+    if kind == "loop":
+        (tmp_path / "other").symlink_to(link)
+    link.symlink_to(tmp_path / "other" if kind == "loop" else tmp_path / "gone" / "run")
+    out = link / "run" if kind == "below dangling" else link
+    err = _fail(capsys, [*TINY_ARGS, "--max-steps", "1", "--out", str(out)])
+    name = "it" if out == link else str(link)
+    assert f"--out {out}: {name} is a link to " in err and "which leads to no folder" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["link"] + ["other"] * (kind == "loop"))
