@@ -1300,3 +1300,16 @@ def test_a_resume_on_other_training_data_is_refused(tmp_path, capsys):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2"]) == 0
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_resume_of_the_synthetic_task_with_another_seed_is_refused(tmp_path, capsys):
+    """The synthetic task's problems are drawn by train.seed: a resume with another seed trained on other problems
+    from the saved position (the random streams were the checkpoint's)."""
+    from rpgrl.cli import main as rpgrl_main
+
+    out = tmp_path / "run"
+    loop.train(tiny(("train.max_steps", "1")), out)
+    capsys.readouterr()
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2", "--seed", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "the synthetic task draws them by train.seed and data.num_train" in err and err.count("\n") == 1, err

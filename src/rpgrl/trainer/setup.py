@@ -339,10 +339,13 @@ def _check_same_data(saved: dict[str, Any], stream: PromptStream, cfg: Config, c
     Checkpoints written before the digest was kept are not checked."""
     if saved.get("digest") in (None, stream.digest):
         return
-    where = "the synthetic task" if cfg.synthetic else f"data.train {cfg.data.train}"
-    raise UsageError(f"--resume: the training prompts differ from those the run of {ckpt} trained on ({where} "
-                     "changed since it started, or a setting that encodes them did): restore them, or start a new "
-                     "run")  # fmt: skip
+    if cfg.synthetic:
+        why = "the synthetic task draws them by train.seed and data.num_train: keep the run's values"
+    else:
+        why = (f"data.train {cfg.data.train} changed since it started, or a setting that encodes its prompts did: "
+               "restore it")  # fmt: skip
+    raise UsageError(f"--resume: the training prompts differ from those the run of {ckpt} trained on ({why}), or "
+                     "start a new run")  # fmt: skip
 
 
 def _seed_everything(seed: int) -> None:
