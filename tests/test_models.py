@@ -201,3 +201,22 @@ def test_char_tokenizer_has_a_chat_template_only_if_it_can_spell_it():
     assert full.chat_template is not None
     ids = full.apply_chat_template([{"role": "user", "content": "1+2"}], add_generation_prompt=True)
     assert full.decode(ids if isinstance(ids, list) else ids["input_ids"]) == "<|user|>\n1+2\n<|assistant|>\n"
+
+
+def test_a_training_runs_folder_given_as_the_model_names_its_model(tmp_path):
+    """`rpgrl eval --model RUN` (or `--model.path RUN`) said only "no tokenizer files ... in model folder: RUN": the
+    run's config.json is the trainer's; its model is RUN/model."""
+    from rpgrl.models import load_tokenizer
+
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {}, "loss": {}}))
+    with pytest.raises(UsageError, match=f"in model folder: {run}$"):  # no model in it yet: no hint
+        load_tokenizer(run)
+    (run / "model" / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match=f"in model folder: {run} \\(a training run's folder: its model is "
+                                         f"{run / 'model'}\\)$"):  # fmt: skip
+        load_tokenizer(run)
+    (run / "config.json").unlink()
+    with pytest.raises(UsageError, match=f"not a model folder \\(no config.json\\): {run} \\(a training run"):
+        load_tokenizer(run)

@@ -263,13 +263,20 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     if not path.is_dir():
         raise UsageError(f"model folder not found: {path}")
     if not (path / "config.json").is_file():
-        raise UsageError(f"not a model folder (no config.json): {path}")
+        raise UsageError(f"not a model folder (no config.json): {path}{_run_hint(path)}")
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
-        raise UsageError(f"no tokenizer files (tokenizer.json / tokenizer_config.json) in model folder: {path}")
+        raise UsageError(f"no tokenizer files (tokenizer.json / tokenizer_config.json) in model folder: "
+                         f"{path}{_run_hint(path)}")  # fmt: skip
     try:
         return _load_tokenizer(path, AutoTokenizer)
     except Exception as e:  # the `tokenizers` library raises plain Exception for a corrupt tokenizer.json
         raise UsageError(f"cannot load the tokenizer of {path}: {first_line(e)}") from None
+
+
+def _run_hint(path: Path) -> str:
+    """Where the model is, when `path` is a training run's directory (its config.json is the run's, not a model's)."""
+    model = path / "model"
+    return f" (a training run's folder: its model is {model})" if (model / "config.json").is_file() else ""
 
 
 def _load_tokenizer(path: Path, auto_cls) -> PreTrainedTokenizerFast:
