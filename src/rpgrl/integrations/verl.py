@@ -313,9 +313,11 @@ def _rpg_errors_in_one_line(build):
 
 
 # verl's driver builds the actor config with `omega_conf_to_dataclass` (in `validate_config`, looked up in its module
-# when called): its Hydra errors about RPGPolicyLossConfig become one line. Replaced once, and only verl's function.
-if not getattr(_verl_config.omega_conf_to_dataclass, "rpgrl_one_line", False):
-    _verl_config.omega_conf_to_dataclass = _rpg_errors_in_one_line(_verl_config.omega_conf_to_dataclass)
+# when called): its Hydra errors about RPGPolicyLossConfig become one line. Replaced once, and only verl's function;
+# a verl without it (renamed or moved) keeps its own messages, and the plug-in works as before.
+_build = getattr(_verl_config, "omega_conf_to_dataclass", None)
+if callable(_build) and not getattr(_build, "rpgrl_one_line", False):
+    _verl_config.omega_conf_to_dataclass = _rpg_errors_in_one_line(_build)
 
 
 for _d in DIVERGENCES:
