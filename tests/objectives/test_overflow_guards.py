@@ -1046,3 +1046,36 @@ def test_meta_tensors_are_named_in_one_line():
         with pytest.raises(ValueError, match=f"^{name} is a meta tensor") as info:
             call()
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("divergence", ["rkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("clip", [None, "dual"])
+@pytest.mark.parametrize("log_w, adv, beta, dtype", [
+    (705.0, 0.0, 1e-300, torch.float64),  # beta rho phi(u) = 1e9: loss/kl read 1.0 (the row bounded at 1e300 first)
+    (700.0, 0.0, 1e-10, torch.float64),  # loss/policy read 1e30 for 0
+    (700.0, 1e-290, 1e-10, torch.float64),  # a policy part of -1e14 under a KL part of 7e296
+    (80.0, 1e-30, 1e-4, torch.float32),  # -5.5e4 under 4.4e32: total - loss/kl read 2e25
+])  # fmt: skip
+def test_rpg_separate_kl_past_the_row_limit_keeps_both_loss_metrics(divergence, clip, log_w, adv, beta, dtype):
+    """The differentiable loss as a policy term plus a separate KL term (clip=None; kl_in_clip=False), where beta rho
+    phi(u) passes 1e300 before beta or the policy term is below the KL term's rounding: loss/kl took each row's rho
+    phi(u) bounded at 1e300 and then beta (1.0 for 1.06e9 at log w = 705, beta = 1e-300), and loss/policy = total -
+    loss/kl kept the difference, or the rounding of two numbers near 1e296 (1e30 for a policy part of 0). Reference:
+    mpmath at 50 digits: beta phi(w) and the policy term -A w (-A min(w, 1 + eps_high) clipped), saturated at 1e30."""
+    mpmath = pytest.importorskip("mpmath")
+    old = torch.full((1, 1), -0.5, dtype=dtype)
+    lp = (old + log_w).requires_grad_()
+    with mpmath.workdps(50):
+        lw = mpmath.mpf(lp.item()) - mpmath.mpf(old.item())
+        w = mpmath.exp(lw)
+        phi = {"rkl": w * lw, "ufkl": w - 1 - lw, "urkl": w * lw - w + 1}[divergence]
+        want_kl = float(beta * phi)
+        want_policy = float(-mpmath.mpf(adv) * (w if clip is None else mpmath.mpf(1.28)))
+    kw = {} if clip is None else {"kl_in_clip": False}
+    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 1), divergence=divergence,
+                   style="differentiable", beta=beta, clip=clip, **kw)  # fmt: skip
+    out.loss.backward()
+    assert math.isfinite(out.loss.item()) and math.isfinite(lp.grad.item())
+    rel = 1e-6 if dtype == torch.float32 else 1e-12
+    assert out.metrics["loss/kl"].item() == pytest.approx(min(want_kl, 1e30), rel=rel, abs=0.0)
+    assert out.metrics["loss/policy"].item() == pytest.approx(want_policy, rel=rel, abs=0.0)

@@ -260,3 +260,11 @@ def regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor | No
     if bool(ok.all()):
         return out
     return torch.where(ok, out, _in_w(divergence, log_u, log_rho, False))  # +-inf where it overflows, never NaN
+
+
+def log_regularizer(divergence: str, log_u: torch.Tensor, log_rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sign, log |rho phi(u)|) of `regularizer`'s term, from log u and log rho alone (log |0| = -inf at u = 1): a
+    term past the dtype's largest number as a sign and a finite log, for a metric that scales it (beta) before it
+    bounds it. A value, no host sync. Shapes: any, alike."""
+    _check(divergence)
+    return _signed_logs(divergence, log_u, log_rho, False)

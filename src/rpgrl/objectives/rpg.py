@@ -30,14 +30,17 @@ Clipping (the `clip` option of `rpg_loss`; bounds lo = 1 - eps_low, hi = 1 + eps
 
 Metrics (of `rpg_loss`; names read elsewhere are constants in `rpgrl.metrics`)
 
-    Detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same aggregation), loss/policy
-    (= total - kl), kl/<divergence> (mean over responses of the per-response estimate sum_units rho phi(u)),
-    kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a) estimate), kl/k1_old (token mean of old_logp -
-    logp), kl/grad_share (the KL part's share of the per-unit gradient weight, sum|C| / (sum|w A| + sum|C|) before
-    clipping), log_w/max, log_w/min, log_w/abs_mean (over units), clip/frac_low, clip/frac_high, clip/frac_dual
-    (fraction of units in each clipped row), clip/frac_max_log_w, clip/frac_kl_clamp. The KL and loss metrics are
-    computed in float64 and every metric saturates at +-1e30 (`base.METRIC_LIMIT`): a finite loss never comes with an
-    inf or NaN metric, and 1e30 means the estimate overflowed (e.g. kl/k3_anchor with pi_a/pi_theta > e^88 in float32).
+    Detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same aggregation), loss/policy (= total -
+    kl; the policy term's aggregate where the differentiable loss is it plus a separate KL term, clip=None or
+    kl_in_clip=False, which the difference loses below the KL term's rounding), kl/<divergence> (mean over responses of
+    the per-response estimate sum_units rho phi(u)), kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a)
+    estimate), kl/k1_old (token mean of old_logp - logp), kl/grad_share (the KL part's share of the per-unit gradient
+    weight, sum|C| / (sum|w A| + sum|C|) before clipping), log_w/max, log_w/min, log_w/abs_mean (over units),
+    clip/frac_low, clip/frac_high, clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w,
+    clip/frac_kl_clamp. The KL and loss metrics are computed in float64 (beta x each unit's term bounded at +-1e300, per
+    unit and per row, as are the beta-less terms of kl/<divergence>) and every metric saturates at +-1e30
+    (`base.METRIC_LIMIT`): a finite loss never comes with an inf or NaN metric, and 1e30 means the estimate overflowed
+    (e.g. kl/k3_anchor with pi_a/pi_theta > e^88 in float32).
 """
 
 from __future__ import annotations
@@ -137,8 +140,9 @@ def rpg_loss(
     normalizer = check_normalizer(normalizer)
     logp = finite_gradient(logp, "rpg_loss")
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
+    policy_unit = None
     if style == "differentiable":
-        loss_unit, clamped_kl = _differentiable(r, o)
+        loss_unit, clamped_kl, policy_unit = _differentiable(r, o)
         per_token = None if level == "sequence" else torch.where(r.mask, loss_unit, 0.0)  # loss_unit is -A at padding
         row_loss = loss_unit if level == "sequence" else per_token.sum(-1)
     else:
@@ -152,7 +156,7 @@ def rpg_loss(
             f"rpg_loss overflowed ({what}, log w per {level} in {_span(r.log_w)}{rho}): a ratio is too extreme to "
             "represent; use clip='dual', smaller steps or max_log_w" + (", or a fresher anchor" if rho else "")
         )
-    r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, r, o, normalizer)
+    r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, policy_unit, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
 
 
@@ -288,9 +292,10 @@ def _inside(bound: float, direction: int, like: torch.Tensor) -> torch.Tensor:
     return torch.nextafter(x, torch.tensor(direction * math.inf, dtype=like.dtype, device=like.device))
 
 
-def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per-unit differentiable loss (spec 2.1 l_diff; with clip='dual' paper Alg. 1 / spec 4.1). Returns
-    (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None). Shapes: units."""
+    (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None, the policy term where the loss is it
+    plus a separate KL term, else None: for loss/policy). Shapes: units."""
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
     clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
     w = torch.exp(log_w) if clip is None else None
@@ -319,7 +324,7 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
         if edge:  # w alone over- or underflows where w A may not: -w A in log space (`weight_times_w`)
             loss = weight_times_w(log_w.masked_fill(adv == 0, 0.0), (-adv).expand_as(log_w))
-        return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl
+        return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl, (loss if add_kl else None)
 
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
     exact = not (sep_kl or beta == 0) and o.analogue == "exact"  # -w A_hat == -w A + beta rho phi(u)
@@ -349,7 +354,7 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         metrics[M.CLIP_HIGH] = r.unit_mean(pos & (lw >= b.log_hi))
         metrics[M.CLIP_LOW] = r.unit_mean(~pos & (lw <= b.log_lo))
         metrics[M.CLIP_DUAL] = r.unit_mean(~pos & (lw >= b.log_c))
-    return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl
+    return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl, (loss if add_kl else None)
 
 
 def _exact_dual(r: _Ratios, o: RPGOptions, neg_a_hat_at, log_lo: torch.Tensor, log_hi: torch.Tensor) -> torch.Tensor:
@@ -432,27 +437,50 @@ def _reinforce_coef(log_w, log_u, r: _Ratios, o: RPGOptions):
 
 
 _ROW_LIMIT = 1e300
-"""The bound on |rho phi(u)| per unit and per row in the KL metrics (float64): a sum of fewer than 1e8 such terms is
-finite, so never inf - inf; far above the reported METRIC_LIMIT (a row past it reads as such once beta / N > 1e-270)."""
+"""The bound on |rho phi(u)| and |beta rho phi(u)| per unit and per row in the KL metrics (float64), each taken before
+it is bounded: a sum of fewer than 1e8 such terms is finite, so never inf - inf; far above the reported METRIC_LIMIT."""
+
+
+def _bounded_rows(unit: torch.Tensor, level: str) -> torch.Tensor:
+    """Per-unit terms (units; 0 at padding) bounded at +-_ROW_LIMIT, summed per response and bounded again. (B,)"""
+    unit = unit.clamp(-_ROW_LIMIT, _ROW_LIMIT)
+    return (unit if level == "sequence" else unit.sum(-1)).clamp(-_ROW_LIMIT, _ROW_LIMIT)
+
+
+def _beta_kl(kl_unit: torch.Tensor, log_u: torch.Tensor, log_rho: torch.Tensor | None, o: RPGOptions) -> torch.Tensor:
+    """beta rho phi(u) per unit in float64 (units): beta x `kl_unit` where that is finite, else from the term's log,
+    log |rho phi(u)| + log beta (beta brings back below 1e300 a term past float64's largest: e^705 x 705 at beta
+    1e-300 is 1e9). No host sync."""
+    log_rho = torch.zeros_like(log_u) if log_rho is None else log_rho
+    sign, log_size = dv.log_regularizer(o.divergence, log_u, log_rho)
+    far = sign * torch.exp((log_size + math.log(o.beta)).clamp(max=math.log(_ROW_LIMIT)))
+    return torch.where(torch.isfinite(kl_unit), o.beta * kl_unit, far)
 
 
 @torch.no_grad()
-def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -> dict[str, torch.Tensor]:
+def _kl_and_loss_metrics(loss, kl_unit, policy_unit, r: _Ratios, o: RPGOptions, normalizer) -> dict[str, torch.Tensor]:
     """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
     NaN; `reported` saturates what exceeds the range); log_w/abs_mean and kl/grad_share, the off-policy regime.
     `kl_unit`: the loss's clamped KL term, else None (recomputed: an unclamped term may have overflowed where the
-    loss does not use it, beta = 0)."""
+    loss does not use it, beta = 0). `policy_unit`: the loss's policy term where the loss is it plus a separate KL
+    term (units), whose aggregate is loss/policy; else loss/policy = total - loss/kl."""
     log_u, log_rho, log_w_tok, log_rho_tok, mask_b = r.log_u, r.log_rho, r.log_w_tok, r.log_rho_tok, r.mask
     divergence, beta, level, agg = o.divergence, o.beta, o.level, o.agg
     f64, n_tok = torch.float64, mask_b.sum()
-    if kl_unit is None:
-        kl_unit = dv.regularizer(divergence, log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64))
-    # saturated per unit and per row, far above the reported range: +inf and -inf summed or averaged were NaN; at
-    # 1e30 itself, beta x a saturated row read 1e30 beta (loss/kl 1e26 for rkl's e^80 x 80 under beta 1e-4)
-    kl_rows = kl_unit.detach().to(f64).clamp(-_ROW_LIMIT, _ROW_LIMIT)
-    kl_rows = kl_rows if level == "sequence" else kl_rows.sum(-1)  # (B,)
-    kl_rows = kl_rows.clamp(-_ROW_LIMIT, _ROW_LIMIT)
-    kl_loss = beta * aggregate_rows(kl_rows, mask_b, agg, normalizer) if beta > 0 else loss.new_zeros((), dtype=f64)
+    log_u, log_rho = log_u.detach().to(f64), None if log_rho is None else log_rho.to(f64)
+    kl_unit = dv.regularizer(divergence, log_u, log_rho) if kl_unit is None else kl_unit.detach().to(f64)
+    # bounded per unit and per row, far above the reported range: +inf and -inf summed or averaged were NaN. beta
+    # multiplies each unit before its bound: at the bound itself, beta x a bounded row read 1e300 beta (loss/kl 1.0 for
+    # rkl's e^705 x 705 under beta 1e-300: 1e9), and loss/policy = total - loss/kl kept the difference
+    kl_rows = _bounded_rows(kl_unit, level)  # (B,)
+    kl_loss = loss.new_zeros((), dtype=f64)
+    if beta > 0:
+        kl_loss = aggregate_rows(_bounded_rows(_beta_kl(kl_unit, log_u, log_rho, o), level), mask_b, agg, normalizer)
+    policy = loss.detach().to(f64) - kl_loss
+    if policy_unit is not None:  # not as that difference: it keeps only the rounding of the two past the policy term
+        unit = policy_unit.detach().to(f64)
+        unit = unit if level == "sequence" else torch.where(mask_b, unit, 0.0).sum(-1)
+        policy = aggregate_rows(unit, mask_b, agg, normalizer)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
     # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
@@ -463,7 +491,7 @@ def _kl_and_loss_metrics(loss, kl_unit, r: _Ratios, o: RPGOptions, normalizer) -
         "kl/k1_old": -log_w_tok.detach().to(f64).sum() / n_tok,
         "loss/total": loss.detach(),
         M.LOSS_KL: kl_loss,
-        "loss/policy": loss.detach().to(f64) - kl_loss,
+        "loss/policy": policy,
         M.LOG_W_ABS_MEAN: log_w_raw.abs().sum() / (n_tok if level == "token" else log_w_raw.numel()),
         M.KL_GRAD_SHARE: _kl_grad_share(divergence, beta, log_w_raw, log_rho, r.adv, r.unit_mask),
     }
