@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import statistics
+from fractions import Fraction
 
 import pytest
 import torch
@@ -93,3 +95,35 @@ def test_overlong_penalty_is_computed_before_it_is_rounded_to_dtype():
         overlong_penalty(torch.tensor([3]), True, True)
     with pytest.raises(ValueError, match="lengths must be"):
         overlong_penalty(None, 10, 5)
+
+
+@pytest.mark.parametrize(
+    "max_len, buffer, factor, match",
+    [
+        (2048, 512, 10**400, r"^factor must be a float or an int below 2\*\*63, got an int of 401 digits$"),
+        (2048, 512, -(10**400), r"^factor must be a float or an int below 2\*\*63, got an int of 401 digits$"),
+        (2048, 512, Fraction(10**400, 3), r"^factor must be finite and >= 0, got a number past float's range$"),
+        (10**400, 512, 1.0, r"^max_len must be an int below 2\*\*63, got an int of 401 digits$"),
+        (2048, 2**64, 1.0, r"^buffer must be an int below 2\*\*63, got an int of 20 digits$"),
+        (2**63 + 5, 3, 1.0, r"^max_len must be an int below 2\*\*63, got an int of 19 digits$"),
+    ],
+    ids=["factor_10e400", "factor_-10e400", "factor_fraction", "max_len_10e400", "buffer_2e64", "max_len_2e63+5"],
+)
+def test_overlong_penalty_refuses_numbers_past_float_and_int64_in_one_line(max_len, buffer, factor, match):
+    """Python ints past float's range (factor=10**400) or int64's (max_len 2**63 + 5) raised OverflowError ("int too
+    large to convert to float") or compared wrapped: max_len = 2**63 + 5 reported "lengths[1] = 10 exceeds max_len
+    9223372036854775813". Now one ValueError naming the option, as `RPGOptions.check` words an int past 2**63."""
+    with pytest.raises(ValueError, match=match):
+        overlong_penalty(torch.tensor([3, 10]), max_len, buffer, factor)
+
+
+@pytest.mark.parametrize("factor, dtype", [(1e5, torch.float16), (1e39, torch.float32), (1e300, torch.bfloat16)])
+def test_overlong_penalty_refuses_a_factor_past_its_dtype(factor, dtype):
+    """A factor above the output dtype's largest number gave -inf penalties (float16 at 1e5: -inf at max_len, a
+    finite score turned -inf): refused in one line naming the factor and the dtype; its largest number passes and
+    gives -factor at max_len, rounded once (the formula in float64 here)."""
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'factor {factor:g} is past {dtype}')}'s largest number \("):
+        overlong_penalty(torch.tensor([3, 10]), 10, 4, factor, dtype=dtype)
+    top = torch.finfo(dtype).max
+    out = overlong_penalty(torch.tensor([7, 10]), 10, 4, top, dtype=dtype)
+    assert out.tolist() == [torch.tensor(-top / 4, dtype=torch.float64).to(dtype).item(), -top]

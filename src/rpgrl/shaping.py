@@ -40,16 +40,7 @@ def overlong_penalty(
         raise ValueError(f"lengths must be (B,) real numbers, got {lengths.dtype}")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be (B,), got shape {tuple(lengths.shape)}")
-    max_len, buffer, factor = scalar(max_len, "max_len"), scalar(buffer, "buffer"), scalar(factor, "factor")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (max_len, buffer)):
-        raise ValueError(f"max_len and buffer must be ints, got {max_len!r} and {buffer!r}")
-    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
-        raise ValueError(f"factor must be a number, got {factor!r}")
-    if not 0 < buffer <= max_len:
-        raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
-    if not (math.isfinite(factor) and factor >= 0):
-        raise ValueError(f"factor must be finite and >= 0, got {factor}")
-    factor = float(factor)
+    max_len, buffer, factor = _options(max_len, buffer, factor, out_dtype)
     if lengths.numel():
         if not torch.isfinite(lengths).all() or lengths.min() < 0:
             raise ValueError("lengths must be finite and >= 0")
@@ -58,6 +49,35 @@ def overlong_penalty(
             raise ValueError(f"lengths[{i}] = {lengths[i].item()} exceeds max_len {max_len}")
     over = lengths.to(torch.float64) - (max_len - buffer)
     return torch.clamp(-over / buffer * factor, max=0.0).to(out_dtype)
+
+
+def _options(max_len, buffer, factor, out_dtype: torch.dtype) -> tuple[int, int, float]:
+    """`overlong_penalty`'s max_len, buffer (ints below 2**63: torch compares them as int64, and 2**63 + 5 wrapped)
+    and factor (a float, or a number below 2**63 as the loss options take one, finite, >= 0, and at most the output
+    dtype's largest number: the penalty reaches -factor), as Python's; a one-line ValueError naming the option."""
+    max_len, buffer, factor = scalar(max_len, "max_len"), scalar(buffer, "buffer"), scalar(factor, "factor")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (max_len, buffer)):
+        raise ValueError(f"max_len and buffer must be ints, got {max_len!r} and {buffer!r}")
+    for name, v in (("max_len", max_len), ("buffer", buffer)):
+        if abs(v) >= 2**63:
+            raise ValueError(f"{name} must be an int below 2**63, got an int of {len(str(abs(v)))} digits")
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
+        raise ValueError(f"factor must be a number, got {factor!r}")
+    if isinstance(factor, numbers.Integral) and abs(factor) >= 2**63:  # float() of 10**400 raised OverflowError
+        raise ValueError(f"factor must be a float or an int below 2**63, got an int of {len(str(abs(factor)))} digits")
+    if not 0 < buffer <= max_len:
+        raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
+    try:
+        factor = float(factor)  # a Fraction past float's range overflows
+    except OverflowError:
+        raise ValueError("factor must be finite and >= 0, got a number past float's range") from None
+    if not (math.isfinite(factor) and factor >= 0):
+        raise ValueError(f"factor must be finite and >= 0, got {factor}")
+    top = torch.finfo(out_dtype).max
+    if torch.isinf(torch.tensor(-factor, dtype=torch.float64).to(out_dtype)):  # rounded to -inf: a score of -inf
+        raise ValueError(f"factor {factor:g} is past {out_dtype}'s largest number ({top:g}): the penalty reaches "
+                         "-factor; pass a smaller factor or a wider dtype")  # fmt: skip
+    return max_len, buffer, factor
 
 
 def group_filter_keep(acc: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
