@@ -21,7 +21,7 @@ def test_auto_follows_cuda_availability(monkeypatch):
     assert resolve_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu")
-    with pytest.raises(UsageError, match="no CUDA device"):
+    with pytest.raises(UsageError, match="'cuda' is not a device torch can use"):
         resolve_device("cuda")
 
 
@@ -32,7 +32,8 @@ def test_cuda_without_cuda_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys)
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--max-steps", "1", "--sft.max_steps", "0", "--train.device", "cuda"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("rpgrl train: error: train.device cuda: no CUDA") and err.count("\n") == 1
+    assert err.startswith("rpgrl train: error: train.device: 'cuda' is not a device torch can use on this machine")
+    assert err.count("\n") == 1
     assert not out.exists()
     assert main(["train", "--out", str(out), "--train.device", "gpu"]) == 2
     assert "expected one of auto, cpu, cuda" in capsys.readouterr().err
@@ -144,3 +145,23 @@ def test_a_device_this_machine_lacks_is_one_line_naming_it_and_what_is_here(name
         make_rollout(build_char_tokenizer("ab"), [[1]], [[2]], device=name)
     assert "\n" not in str(info.value) and (name == "meta" or repr(name) in str(info.value))
     assert usable_device("cpu") == torch.device("cpu") and usable_device(torch.device("cpu:0")).index == 0
+
+
+def test_train_device_and_the_library_word_an_unavailable_device_alike(monkeypatch):
+    """`train.device cuda` without CUDA read "train.device cuda: no CUDA device is available to torch here; use
+    --train.device cpu" where `make_rollout(device="cuda")` read "make_rollout: device: 'cuda' is not a device torch
+    can use on this machine; available here: cpu": one wording now, `usable_device`'s, with the key as the prefix."""
+    from rpgrl.trainer.device import usable_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is in use by this process")
+    want = "train.device: 'cuda' is not a device torch can use on this machine; available here: cpu"
+    for call in (lambda: resolve_device("cuda"), lambda: usable_device("cuda", "train.device")):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value) == want
+    with pytest.raises(UsageError, match="^train.device: expected one of auto, cpu, cuda; got 'gpu'$"):
+        resolve_device("gpu")  # as the config check words it

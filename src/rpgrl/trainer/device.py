@@ -14,14 +14,13 @@ from rpgrl.errors import UsageError
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' -> CUDA when `torch.cuda.is_available()`, else CPU; 'cuda' without CUDA is a UsageError."""
+    """'auto' -> CUDA when `torch.cuda.is_available()`, else CPU; 'cuda' without CUDA is a UsageError, worded as
+    `usable_device`'s (the library's) with the key train.device."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("train.device cuda: no CUDA device is available to torch here; use --train.device cpu")
     if name not in ("cpu", "cuda"):
-        raise UsageError(f"train.device: expected auto, cpu or cuda, got {name!r}")
-    return torch.device(name)
+        raise UsageError(f"train.device: expected one of auto, cpu, cuda; got {name!r}")  # as the config check
+    return usable_device(name, "train.device")
 
 
 def available_devices() -> list[str]:
