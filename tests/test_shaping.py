@@ -102,7 +102,12 @@ def test_overlong_penalty_is_computed_before_it_is_rounded_to_dtype():
     [
         (2048, 512, 10**400, r"^factor must be a float or an int below 2\*\*63, got an int of 401 digits$"),
         (2048, 512, -(10**400), r"^factor must be a float or an int below 2\*\*63, got an int of 401 digits$"),
-        (2048, 512, Fraction(10**400, 3), r"^factor must be finite and >= 0, got a number past float's range$"),
+        (
+            2048,
+            512,
+            Fraction(10**400, 3),
+            r"^factor must be a float or an int below 2\*\*63, got a Fraction past float's",
+        ),
         (10**400, 512, 1.0, r"^max_len must be an int below 2\*\*63, got an int of 401 digits$"),
         (2048, 2**64, 1.0, r"^buffer must be an int below 2\*\*63, got an int of 20 digits$"),
         (2**63 + 5, 3, 1.0, r"^max_len must be an int below 2\*\*63, got an int of 19 digits$"),

@@ -33,7 +33,7 @@ from typing import Protocol
 import torch
 
 from rpgrl.objectives.checks import require_data, require_tensors
-from rpgrl.options import scalar
+from rpgrl.options import check_size, scalar
 from rpgrl.registry import Registry
 
 GRPO_EPS = 1e-6
@@ -185,6 +185,7 @@ def _check_eps(eps: float) -> float:
     """`eps` as a Python float (numpy's scalars and 0-dim arrays or tensors taken as their value). It guards a zero
     spread (a group or batch with equal rewards): 0 would give 0/0 = NaN, < 0 flips signs."""
     eps = scalar(eps, "eps")
+    check_size(eps, "eps")  # float() of 10**400 raised OverflowError
     if not (isinstance(eps, numbers.Real) and not isinstance(eps, bool) and 0 < eps < float("inf")):
         raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
     return float(eps)

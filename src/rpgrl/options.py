@@ -163,11 +163,9 @@ class RPGOptions:
             value = getattr(o, name)
             if value is None and name in ("kl_value_clamp", "max_log_w"):
                 continue
+            check_size(value, name)
             if not _real(value):
                 raise OptionError(name, f"{name} must be a real number, got {value!r}")
-            if isinstance(value, int) and abs(value) >= 2**63:  # torch takes a Python int as int64 (or fails)
-                raise OptionError(name, f"{name} must be a float or an int below 2**63, got an int of "
-                                        f"{len(str(abs(value)))} digits")  # fmt: skip
         _need(0 <= o.beta < math.inf, "beta", f"beta must be finite and >= 0, got {o.beta}")
         _need(0 <= o.eps_low <= 1, "eps_low", f"eps_low must be in [0, 1] (lower bound 1 - eps_low >= 0), got "
               f"{o.eps_low}")  # fmt: skip
@@ -224,6 +222,28 @@ def scalar(x: Any, name: str = "value") -> Any:
     return x.item()
 
 
+def past_float(x: Any) -> str | None:
+    """How a number torch or `float()` cannot take reads in a message, else None: an int of 2**63 or more (torch
+    takes a Python int as int64, or fails) or another real number past float's range (`float()` of a Fraction of
+    10**400 raised OverflowError)."""
+    if isinstance(x, (bool, float)) or not isinstance(x, numbers.Real):
+        return None
+    if isinstance(x, numbers.Integral):
+        return f"an int of {len(str(abs(int(x))))} digits" if abs(x) >= 2**63 else None
+    try:
+        float(x)
+    except OverflowError:
+        return f"a {type(x).__name__} past float's range"
+    return None
+
+
+def check_size(x: Any, name: str) -> None:
+    """OptionError (one line, naming `name`) for a number `past_float` names; every option's rule."""
+    what = past_float(x)
+    if what is not None:
+        raise OptionError(name, f"{name} must be a float or an int below 2**63, got {what}")
+
+
 def _real(x: Any) -> bool:
     """A real number that is not a bool or NaN: Python's, numpy's (float32 too) or a Fraction."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
@@ -249,5 +269,5 @@ def rpg_field(name: str, help: str | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"help": help or field_docs(RPGOptions)[name]})
 
 
-__all__ = ["RPGOptions", "OptionError", "rpg_field", "none_word", "scalar", "DIVERGENCES", "STYLES", "LEVELS",
-           "AGG_MODES", "CLIPS", "BRANCHES", "ANALOGUES"]  # fmt: skip
+__all__ = ["RPGOptions", "OptionError", "rpg_field", "none_word", "scalar", "check_size", "past_float", "DIVERGENCES",
+           "STYLES", "LEVELS", "AGG_MODES", "CLIPS", "BRANCHES", "ANALOGUES"]  # fmt: skip

@@ -14,7 +14,7 @@ import numbers
 
 import torch
 
-from rpgrl.options import scalar
+from rpgrl.options import check_size, scalar
 
 
 def overlong_penalty(
@@ -63,14 +63,10 @@ def _options(max_len, buffer, factor, out_dtype: torch.dtype) -> tuple[int, int,
             raise ValueError(f"{name} must be an int below 2**63, got an int of {len(str(abs(v)))} digits")
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
         raise ValueError(f"factor must be a number, got {factor!r}")
-    if isinstance(factor, numbers.Integral) and abs(factor) >= 2**63:  # float() of 10**400 raised OverflowError
-        raise ValueError(f"factor must be a float or an int below 2**63, got an int of {len(str(abs(factor)))} digits")
+    check_size(factor, "factor")  # float() of 10**400 raised OverflowError
     if not 0 < buffer <= max_len:
         raise ValueError(f"need 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
-    try:
-        factor = float(factor)  # a Fraction past float's range overflows
-    except OverflowError:
-        raise ValueError("factor must be finite and >= 0, got a number past float's range") from None
+    factor = float(factor)
     if not (math.isfinite(factor) and factor >= 0):
         raise ValueError(f"factor must be finite and >= 0, got {factor}")
     top = torch.finfo(out_dtype).max

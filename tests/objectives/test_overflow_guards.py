@@ -192,6 +192,51 @@ def test_numpy_dates_and_durations_are_no_numbers_and_a_fraction_normalizer_is_i
     assert torch.equal(out[0], out[1])
 
 
+def _option_calls() -> dict[str, object]:
+    """(loss or helper, option) -> a call with that option set to its argument: every numeric option of every loss,
+    of the KL penalty, the advantages and the normalizer."""
+    from rpgrl.advantages import get_advantage
+    from rpgrl.objectives import dapo_loss, grpo_loss, reinforce_pp_loss
+
+    lp, old, adv, mask = torch.zeros(2, 3), torch.zeros(2, 3), torch.tensor([1.0, -1.0]), torch.ones(2, 3)
+    rpg = dict(divergence="urkl", style="differentiable", beta=0.1, clip=None)
+    calls = {("rpg", k): (lambda v, k=k: rpg_loss(lp, old, adv, mask, **(rpg | {k: v})))
+             for k in ("beta", "kl_value_clamp", "max_log_w", "normalizer")}  # fmt: skip
+    calls |= {("rpg_dual", k): (lambda v, k=k: rpg_loss(lp, old, adv, mask, **(rpg | {"clip": "dual", k: v})))
+              for k in ("eps_low", "eps_high", "c")}  # fmt: skip
+    calls |= {("ppo", k): (lambda v, k=k: ppo_loss(lp, old, adv, mask, **({"kl": "k3", "beta": 0.1} | {k: v})))
+              for k in ("eps_low", "eps_high", "clip_c", "beta", "kl_clamp", "normalizer")}  # fmt: skip
+    calls[("grpo", "beta")] = lambda v: grpo_loss(lp, old, adv, mask, ref_logp=old, beta=v)
+    calls[("dapo", "eps_high")] = lambda v: dapo_loss(lp, old, adv, mask, eps_high=v)
+    calls[("reinforce_pp", "clip_c")] = lambda v: reinforce_pp_loss(lp, old, adv, mask, clip_c=v)
+    calls |= {("kl_penalty", k): (lambda v, k=k: kl_penalty(lp, old, "k3", **{k: v}))
+              for k in ("value_clamp", "log_ratio_clamp")}  # fmt: skip
+    calls[("aggregate", "normalizer")] = lambda v: aggregate(lp, mask, normalizer=v)
+    calls |= {(name, "eps"): (lambda v, name=name: get_advantage(name)(adv, torch.tensor([0, 0]), mask, eps=v))
+              for name in ("grpo", "reinforce_pp", "reinforce_pp_baseline")}  # fmt: skip
+    calls[("whiten", "eps")] = lambda v: whiten(lp, mask, eps=v)
+    return calls
+
+
+@pytest.mark.parametrize("key", list(_option_calls()), ids="-".join)
+def test_a_number_past_float_s_range_is_a_one_line_error_naming_the_option(key):
+    """A Python int past float's range (10**400, or 2**63 where torch takes ints as int64) or a Fraction past it
+    (10**400 / 3) raised OverflowError ("int too large to convert to float", "integer division result too large for
+    a float") from every ppo-family option, the KL penalty's clamps, the advantages' eps and whiten's, and rpg_loss's
+    options and normalizer for a Fraction (its ints were refused in one line): each is a ValueError naming the
+    option now, as RPGOptions words an int past 2**63."""
+    import fractions
+
+    call = _option_calls()[key]
+    option = key[1]
+    for value in (10**400, -(10**400), 2**63, fractions.Fraction(10**400, 3), fractions.Fraction(-(10**400), 3)):
+        with pytest.raises(ValueError, match=f"^{option} must be ") as info:
+            call(value)
+        assert "\n" not in str(info.value)
+        shown = "an int of" if isinstance(value, int) else "a Fraction past float's range"
+        assert shown in str(info.value), str(info.value)
+
+
 # --------------------------------------------------------------------------------------------- KL helper functions
 
 

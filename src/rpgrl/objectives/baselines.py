@@ -39,7 +39,7 @@ from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
 from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3, weight_times_w
 from rpgrl.objectives.reduce import aggregate, masked_mean
-from rpgrl.options import scalar
+from rpgrl.options import check_size, scalar
 
 KLKind = Literal["k1", "k3", "k3_corrected"]
 KL_KINDS = ("k1", "k3", "k3_corrected")
@@ -353,6 +353,7 @@ def _check_options(
             isinstance(v, bool) or not isinstance(v, numbers.Real)
         ):
             raise ValueError(f"{name} must be a number, got {v!r}")
+        check_size(v, name)  # float() of 10**400 raised OverflowError
     eps_low, eps_high, clip_c, beta, kl_clamp = (None if v is None else float(v) for v in values.values())
     if not 0 <= eps_low <= 1:
         raise ValueError(f"eps_low must be in [0, 1], got {eps_low}")

@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 
 from rpgrl.objectives.checks import require_tensors
-from rpgrl.options import scalar
+from rpgrl.options import check_size, scalar
 
 Direction = Literal["reverse", "forward"]
 
@@ -332,6 +332,7 @@ def _clamp(v, name: str) -> float | None:
     """A clamp of `kl_penalty` as a Python float (numpy's scalars of any width and 0-dim arrays or tensors taken as
     their value), or None; ValueError unless finite and > 0."""
     v = scalar(v, name)
+    check_size(v, name)  # float() of 10**400 raised OverflowError
     if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf):
         raise ValueError(f"{name} must be a finite number > 0 (or None), got {v!r}")
     return None if v is None else float(v)

@@ -13,7 +13,7 @@ import numbers
 import torch
 
 from rpgrl.objectives.checks import require_data
-from rpgrl.options import AGG_MODES, scalar  # noqa: F401 (AGG_MODES: declared with the other RPG options)
+from rpgrl.options import AGG_MODES, past_float, scalar  # noqa: F401 (AGG_MODES: declared with the other RPG options)
 
 
 def _keep(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -65,6 +65,8 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.T
         ok = MIN_NORMALIZER <= normalizer < 2**63  # (an int past float's range overflowed math.isfinite)
     elif isinstance(normalizer, bool):  # True would count as 1
         raise ValueError(f"normalizer must be a real count, got {normalizer!r}")
+    elif isinstance(normalizer, numbers.Real) and past_float(normalizer) is not None:  # float() overflows
+        ok = False
     elif isinstance(normalizer, numbers.Real):  # float, numpy's floats, a Fraction (taken as its float: torch has no
         ok = math.isfinite(normalizer) and normalizer >= MIN_NORMALIZER  # `Tensor / Fraction`)
         normalizer = normalizer if isinstance(normalizer, float) else float(normalizer)
@@ -72,7 +74,7 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.T
         raise ValueError(f"normalizer must be a number or a 0-dim tensor, got {type(normalizer).__name__}")
     if not ok:
         big = isinstance(normalizer, int) and abs(normalizer) >= 10**20
-        shown = f"an int of {len(str(abs(normalizer)))} digits" if big else normalizer
+        shown = f"an int of {len(str(abs(normalizer)))} digits" if big else past_float(normalizer) or normalizer
         raise ValueError(f"normalizer must be a finite count >= 2**-20 (of tokens or responses, per process), "
                          f"got {shown}")  # fmt: skip
     return normalizer
