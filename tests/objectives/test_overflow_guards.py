@@ -1124,3 +1124,53 @@ def test_rpg_separate_kl_past_the_row_limit_keeps_both_loss_metrics(divergence, 
     rel = 1e-6 if dtype == torch.float32 else 1e-12
     assert out.metrics["loss/kl"].item() == pytest.approx(min(want_kl, 1e30), rel=rel, abs=0.0)
     assert out.metrics["loss/policy"].item() == pytest.approx(want_policy, rel=rel, abs=0.0)
+
+
+def _bound_calls(bound: float | None) -> dict[str, object]:
+    """Each clamp's or clip's positive bound (None: off, or its no-op value), applied to one float32 batch."""
+    g = torch.Generator().manual_seed(3)
+    lp = (torch.randn(3, 4, generator=g) - 2).requires_grad_()
+    old, ref = lp.detach() + 0.3 * torch.randn(3, 4, generator=g), lp.detach() + torch.randn(3, 4, generator=g)
+    adv, mask = torch.tensor([1.0, -2.0, 0.5]), torch.ones(3, 4)
+    sep = dict(divergence="rkl", style="differentiable", beta=0.1, clip="dual", kl_in_clip=False)
+    big = 1e30 if bound is None else bound  # a clip range that binds nothing either
+    return {
+        "max_log_w": lambda: rpg_loss(lp, old, adv, mask, **sep, max_log_w=bound),
+        "kl_value_clamp": lambda: rpg_loss(lp, old, adv, mask, **sep, kl_value_clamp=bound),
+        "clip_c": lambda: ppo_loss(lp, old, adv, mask, clip_c=bound),
+        "eps_high": lambda: ppo_loss(lp, old, adv, mask, eps_high=big),
+        "kl_clamp": lambda: ppo_loss(lp, old, adv, mask, kl="k3", beta=0.1, ref_logp=ref, kl_clamp=bound),
+        "value_clamp": lambda: kl_penalty(lp, ref, "k3", value_clamp=bound, log_ratio_clamp=bound),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bound_calls(None)))
+def test_a_bound_past_float32_s_largest_number_binds_nothing(name):
+    """A clamp's or clip's bound above float32's largest number (max_log_w, kl_value_clamp, clip_c, eps_high,
+    kl_clamp, the KL penalty's clamps: 1e39 or 1e300) met a float32 tensor and raised torch's RuntimeError ("value
+    cannot be converted to type float without overflow"). It binds no finite value: the loss, its gradient and the
+    per-token values are those of the bound off (or 1e30, a bound float32 holds), the metrics to float32's rounding."""
+    want = _bound_calls(None)[name]()
+    for bound in (1e39, 1e300):
+        got = _bound_calls(bound)[name]()
+        if isinstance(got, torch.Tensor):
+            assert torch.equal(got, want)
+            continue
+        assert torch.equal(got.loss, want.loss) and torch.equal(got.per_token, want.per_token)
+        for k, v in want.metrics.items():  # a clamped KL's metrics come from its float32 term, not float64's
+            assert got.metrics[k].item() == pytest.approx(v.item(), rel=1e-6, abs=0.0), k
+
+
+def test_rpg_dual_clip_refuses_a_beta_past_float32_in_one_line():
+    """beta above float32's largest number with the differentiable dual clip and the KL inside it (A_hat = A - beta
+    phi(u)/u, formed in the loss's dtype) raised torch's RuntimeError ("value cannot be converted to type float without
+    overflow"); a one-line ValueError naming beta now. In float64 the same beta gives a finite loss."""
+    old = torch.full((1, 2), -1.2)
+    for divergence in ("fkl", "rkl", "ufkl", "urkl"):
+        for analogue in ("exact", "paper") if divergence in ("rkl", "urkl") else ("exact",):  # paper fkl: KL apart
+            kw = dict(divergence=divergence, style="differentiable", beta=1e39, clip="dual", analogue=analogue)
+            with pytest.raises(ValueError, match=r"^beta 1e\+39 is past torch.float32's largest number") as info:
+                rpg_loss(old + 0.2, old, torch.tensor([1.0]), torch.ones(1, 2), **kw)
+            assert "\n" not in str(info.value)
+            out = rpg_loss((old + 0.2).double(), old.double(), torch.tensor([1.0]).double(), torch.ones(1, 2), **kw)
+            assert math.isfinite(out.loss.item())

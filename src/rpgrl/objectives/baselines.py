@@ -36,7 +36,7 @@ import torch
 
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
-from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
+from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, dtype_bound, finite_gradient
 from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3, weight_times_w
 from rpgrl.objectives.reduce import aggregate, masked_mean
 from rpgrl.options import check_size, scalar
@@ -90,6 +90,9 @@ def ppo_loss(
     """
     eps_low, eps_high, clip_c, beta, kl_clamp = _check_options(eps_low, eps_high, clip_c, kl, beta, ref_logp, kl_clamp)
     m = check_tensors(logp, old_logp, advantages, mask, {"ref_logp": ref_logp}, loss="ppo_loss")
+    eps_high, clip_c, kl_clamp = (
+        dtype_bound(v, logp.dtype) for v in (eps_high, clip_c, kl_clamp)
+    )  # 1e39: float32's max
     check_finite({"logp": logp, "old_logp": old_logp, "ref_logp": ref_logp, "advantages": advantages}, m)
     logp = finite_gradient(logp, "ppo_loss")
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)

@@ -5,6 +5,8 @@ when that sum is not finite)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -39,6 +41,17 @@ def finite_gradient(logp: torch.Tensor, loss: str) -> torch.Tensor:
     below 1), so no finite loss ever back-propagates a non-finite gradient into a model. One host sync per backward;
     nothing when logp needs no gradient (or is not a tensor: `check_tensors` names that)."""
     return _FiniteGradient.apply(logp, loss) if isinstance(logp, torch.Tensor) and logp.requires_grad else logp
+
+
+def dtype_bound(bound: float | None, dtype: torch.dtype) -> float | None:
+    """A clamp's or clip's bound (a Python float, or None: off) as a number of the loss's `dtype`: a finite bound
+    above the dtype's largest number is that number, below which every finite value lies, so it binds the same values
+    (torch refuses to convert it: "value cannot be converted to type float without overflow", for max_log_w 1e39 in
+    float32). +-inf and None stay themselves; a non-floating dtype leaves the bound as given (the checks name it)."""
+    if bound is None or math.isinf(bound) or not dtype.is_floating_point:
+        return bound
+    top = torch.finfo(dtype).max
+    return max(min(bound, top), -top)
 
 
 def require_tensors(optional: tuple[str, ...] = (), **named: torch.Tensor | None) -> None:

@@ -20,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from rpgrl.objectives.checks import require_tensors
+from rpgrl.objectives.checks import dtype_bound, require_tensors
 from rpgrl.options import check_size, scalar
 
 Direction = Literal["reverse", "forward"]
@@ -377,6 +377,7 @@ def kl_penalty(
     if (value_clamp is not None or log_ratio_clamp is not None) and not is_k3:
         raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")
     value_clamp, log_ratio_clamp = _clamp(value_clamp, "value_clamp"), _clamp(log_ratio_clamp, "log_ratio_clamp")
+    value_clamp, log_ratio_clamp = dtype_bound(value_clamp, logp.dtype), dtype_bound(log_ratio_clamp, logp.dtype)
     logp, ref_logp = _unmasked(mask, logp, ref_logp)
     lr = logp - ref_logp
     if name in ("kl", "k1"):

@@ -45,6 +45,7 @@ Metrics (of `rpg_loss`; names read elsewhere are constants in `rpgrl.metrics`)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -54,10 +55,10 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
-from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, finite_gradient
+from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, dtype_bound, finite_gradient
 from rpgrl.objectives.kl import weight_times_w, weight_times_w_value
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
-from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, RPGOptions  # noqa: F401 (re-exported)
+from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, OptionError, RPGOptions  # noqa: F401 (re-exported)
 
 
 @register_loss("rpg")
@@ -138,6 +139,7 @@ def rpg_loss(
                    eps_high=eps_high, c=c, branch=branch, kl_in_clip=kl_in_clip, analogue=analogue,
                    kl_value_clamp=kl_value_clamp, max_log_w=max_log_w).check()  # fmt: skip
     normalizer = check_normalizer(normalizer)
+    o = _in_dtype(o, logp)
     logp = finite_gradient(logp, "rpg_loss")
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
     policy_unit = None
@@ -158,6 +160,21 @@ def rpg_loss(
         )
     r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, policy_unit, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
+
+
+def _in_dtype(o: RPGOptions, logp: torch.Tensor) -> RPGOptions:
+    """The options as numbers of logp's dtype: max_log_w and kl_value_clamp capped at its largest (`dtype_bound`), and
+    a beta past it refused in one line where the loss forms it in that dtype (the differentiable dual clip's A_hat =
+    A - beta phi(u)/u: torch's RuntimeError before; elsewhere beta is multiplied in float64 or log space)."""
+    if not isinstance(logp, torch.Tensor) or logp.dtype not in (torch.float32, torch.float64):
+        return o  # check_tensors names it
+    top = torch.finfo(logp.dtype).max
+    in_clip = o.style == "differentiable" and o.clip == "dual" and not o.separate_kl
+    if in_clip and o.beta > top:
+        raise OptionError("beta", f"beta {o.beta:g} is past {logp.dtype}'s largest number ({top:g}), which the dual "
+                          "clip's A_hat = A - beta phi(u)/u needs: compute the loss in float64")  # fmt: skip
+    bound = {k: dtype_bound(getattr(o, k), logp.dtype) for k in ("max_log_w", "kl_value_clamp")}
+    return dataclasses.replace(o, **bound)
 
 
 def _span(x: torch.Tensor) -> str:
