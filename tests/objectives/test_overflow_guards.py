@@ -1174,3 +1174,30 @@ def test_rpg_dual_clip_refuses_a_beta_past_float32_in_one_line():
             assert "\n" not in str(info.value)
             out = rpg_loss((old + 0.2).double(), old.double(), torch.tensor([1.0]).double(), torch.ones(1, 2), **kw)
             assert math.isfinite(out.loss.item())
+
+
+@pytest.mark.parametrize("divergence, style, clip, log_w, adv, beta", [
+    ("fkl", "differentiable", None, 0.2, 1.0, 1e308),  # beta |u phi'(u)| = 1e308 per token, 2e308 over two
+    ("rkl", "differentiable", None, 0.2, 1.0, 1e308),
+    ("urkl", "reinforce", "dual", 60.0, 1e300, 1e300),  # |w A| = 5e321, |C| = 3e323 (log w capped at 50): clipped
+])  # fmt: skip
+def test_kl_grad_share_where_its_parts_pass_float64(divergence, style, clip, log_w, adv, beta):
+    """kl/grad_share = sum|C| / (sum|w A| + sum|C|), C = -beta rho u phi'(u), summed in float64: where a part or
+    their sum passed float64's largest under a finite loss the metric was NaN (inf / inf), which `reported` passes
+    on: a finite loss came with a NaN metric. Reference: the same ratio in mpmath (log w capped at 50, as the
+    metric's docstring says)."""
+    mpmath = pytest.importorskip("mpmath")
+    old = torch.full((1, 2), -1.0, dtype=torch.float64)
+    lp = (old + log_w).requires_grad_()
+    with mpmath.workdps(50):
+        lw = mpmath.mpf(lp[0, 0].item()) - mpmath.mpf(old[0, 0].item())
+        w = mpmath.exp(min(lw, 50))
+        u_dphi = {"fkl": -1, "rkl": w * (mpmath.log(w) + 1), "urkl": w * mpmath.log(w)}[divergence]
+        kl, reward = beta * abs(u_dphi), w * abs(mpmath.mpf(adv))
+        want = float(kl / (kl + reward))
+    try:
+        out = rpg_loss(lp, old, torch.tensor([adv], dtype=torch.float64), torch.ones(1, 2), divergence=divergence,
+                       style=style, beta=beta, clip=clip)  # fmt: skip
+    except LossOverflow:
+        pytest.fail("the loss fits float64")
+    assert out.metrics["kl/grad_share"].item() == pytest.approx(want, rel=1e-12, abs=1e-300)

@@ -276,17 +276,24 @@ def _gradient_weight_finite(r: _Ratios, o: RPGOptions) -> bool:
 def _kl_grad_share(divergence, beta, log_w, log_rho, adv, unit_mask) -> torch.Tensor:
     """sum|C| / (sum|w A| + sum|C|) over units, C = -beta rho u phi'(u): the KL term's share of the per-unit gradient
     weight before clipping (both styles have per-unit gradient -(w A + C) grad logp, spec 2.1). Metric only: float64
-    with log-ratios capped at +-50, so it is finite whatever the ratio; 0 when both parts vanish."""
+    with log-ratios capped at +-50, each part's terms as logs divided by the largest before they are summed, so it is
+    finite whatever the ratio, beta or A (as plain sums, beta 1e308 over two tokens was inf / inf = NaN); 0 when both
+    parts vanish."""
     lw = log_w.double().clamp(-50.0, 50.0)
     log_u = lw if log_rho is None else lw - log_rho.double().clamp(-50.0, 50.0)
-    kl = beta * dv.u_dphi(divergence, log_u.clamp(-50.0, 50.0)).abs()
+    log_kl = torch.log(dv.u_dphi(divergence, log_u.clamp(-50.0, 50.0)).abs()) + (
+        math.log(beta) if beta > 0 else -math.inf
+    )
     if log_rho is not None:
-        kl = kl * torch.exp(log_rho.double().clamp(-50.0, 50.0))
-    reward = torch.exp(lw) * adv.double().abs()  # (B, T) at token level, (B,) at sequence level
+        log_kl = log_kl + log_rho.double().clamp(-50.0, 50.0)
+    log_reward = lw + torch.log(adv.double().abs())  # (B, T) at token level, (B,) at sequence level
     if unit_mask is not None:
-        kl, reward = kl * unit_mask, reward * unit_mask
-    total = (reward + kl).sum()
-    return torch.where(total > 0, kl.sum() / total.clamp(min=1e-300), 0.0).to(log_w.dtype)
+        log_kl, log_reward = log_kl.masked_fill(~unit_mask, -math.inf), log_reward.masked_fill(~unit_mask, -math.inf)
+    top = torch.maximum(log_kl.max(), log_reward.max())
+    top = torch.where(torch.isfinite(top), top, 0.0)  # -inf: both parts vanish (0 / 0 below reads 0)
+    kl, reward = torch.exp(log_kl - top).sum(), torch.exp(log_reward - top).sum()
+    total = kl + reward
+    return torch.where(total > 0, kl / total.clamp(min=1e-300), 0.0).to(log_w.dtype)
 
 
 class _Bounds:
