@@ -1201,3 +1201,18 @@ def test_kl_grad_share_where_its_parts_pass_float64(divergence, style, clip, log
     except LossOverflow:
         pytest.fail("the loss fits float64")
     assert out.metrics["kl/grad_share"].item() == pytest.approx(want, rel=1e-12, abs=1e-300)
+
+
+@pytest.mark.parametrize("clip", [None, "dual"])
+def test_a_clamped_separate_kl_refuses_a_beta_past_float32_in_one_line(clip):
+    """kl_value_clamp's clamped KL term is added times beta in the loss's dtype: beta 1e39 in float32 raised torch's
+    RuntimeError ("value cannot be converted to type float without overflow"); a one-line ValueError naming beta now.
+    In float64 the same call gives beta x the clamped term: 1e39 x clamp(rkl's w log w at log w = 0.2) = 2.44e38."""
+    old = torch.full((1, 1), -1.2)
+    kw = dict(divergence="rkl", style="differentiable", beta=1e39, clip=clip, kl_in_clip=False, kl_value_clamp=10.0)
+    with pytest.raises(ValueError, match=r"^beta 1e\+39 is past torch.float32's largest number") as info:
+        rpg_loss(old + 0.2, old, torch.tensor([0.0]), torch.ones(1, 1), **kw)
+    assert "\n" not in str(info.value)
+    out = rpg_loss((old + 0.2).double(), old.double(), torch.tensor([0.0]).double(), torch.ones(1, 1), **kw)
+    lw = (old + 0.2).double().item() - old.double().item()
+    assert out.loss.item() == pytest.approx(1e39 * math.exp(lw) * lw, rel=1e-12)

@@ -164,15 +164,17 @@ def rpg_loss(
 
 def _in_dtype(o: RPGOptions, logp: torch.Tensor) -> RPGOptions:
     """The options as numbers of logp's dtype: max_log_w and kl_value_clamp capped at its largest (`dtype_bound`), and
-    a beta past it refused in one line where the loss forms it in that dtype (the differentiable dual clip's A_hat =
-    A - beta phi(u)/u: torch's RuntimeError before; elsewhere beta is multiplied in float64 or log space)."""
+    a beta past it refused in one line where the loss multiplies it in that dtype (the differentiable dual clip's
+    A_hat = A - beta phi(u)/u, and beta x the clamped KL term: torch's RuntimeError before; elsewhere beta is
+    multiplied in float64 or log space)."""
     if not isinstance(logp, torch.Tensor) or logp.dtype not in (torch.float32, torch.float64):
         return o  # check_tensors names it
     top = torch.finfo(logp.dtype).max
     in_clip = o.style == "differentiable" and o.clip == "dual" and not o.separate_kl
-    if in_clip and o.beta > top:
-        raise OptionError("beta", f"beta {o.beta:g} is past {logp.dtype}'s largest number ({top:g}), which the dual "
-                          "clip's A_hat = A - beta phi(u)/u needs: compute the loss in float64")  # fmt: skip
+    if (in_clip or o.kl_value_clamp is not None) and o.beta > top:
+        what = "the dual clip's A_hat = A - beta phi(u)/u" if in_clip else "beta x the clamped KL term"
+        raise OptionError("beta", f"beta {o.beta:g} is past {logp.dtype}'s largest number ({top:g}), which {what} "
+                          "needs: compute the loss in float64")  # fmt: skip
     bound = {k: dtype_bound(getattr(o, k), logp.dtype) for k in ("max_log_w", "kl_value_clamp")}
     return dataclasses.replace(o, **bound)
 
