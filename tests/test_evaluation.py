@@ -380,6 +380,19 @@ def test_rpgrl_eval_cli_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert [q.name for q in run.iterdir()] == ["metrics.jsonl"]
 
 
+def test_rpgrl_eval_says_how_many_prompts_max_prompt_length_cuts(tiny_model_dir, capsys):
+    """`--max-prompt-length 1` cut every prompt to its last token without a word (a question lost, silently)."""
+    from rpgrl.cli import main
+
+    base = ["eval", "--model", str(tiny_model_dir), "--data", str(DATA / "amc-23.parquet"), "--k", "1",
+            "--limit-problems", "3", "--max-new-tokens", "2", "--batch-size", "3"]  # fmt: skip
+    assert main([*base, "--max-prompt-length", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "3 of 3 prompts are longer than --max-prompt-length 1 tokens and are cut to their last 1" in err
+    assert main(base) == 0  # the default 2048 cuts none of them: no such line
+    assert "--max-prompt-length" not in capsys.readouterr().err
+
+
 def test_out_inside_a_training_runs_managed_folders_is_refused(tiny_model_dir, tmp_path, capsys):
     """A report in RUN/checkpoints/step-N was deleted with the checkpoint by a --resume's pruning, and one in
     RUN/model sat beside weights a later export rewrote (a probe's): refused; RUN/eval is the run's to keep."""

@@ -639,6 +639,11 @@ def _evaluate_and_report(
     from rpgrl.rollout import check_kv_cache
 
     prompts = _encode_prompts(args, benches) if prompts is None else prompts
+    cut = sum(len(p) > args.max_prompt_length for p in prompts)
+    if cut:  # asked for, so no error; but a prompt cut from the left may have lost its question
+        print(f"rpgrl eval: {cut} of {len(prompts)} prompts are longer than --max-prompt-length "
+              f"{args.max_prompt_length} tokens and are cut to their last {args.max_prompt_length} (as verl's "
+              "truncation=left)", file=sys.stderr)  # fmt: skip
     log = Journal(out / JOURNAL, draw_settings(args)) if out is not None else None
     if log is not None and log.chunks:
         print(f"rpgrl eval: continuing the evaluation in {out}: {len(log.chunks)} chunks sampled before are reused",
