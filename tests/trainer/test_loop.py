@@ -764,6 +764,41 @@ def test_signal_during_the_warm_start_stops_at_once_and_resume_starts_over(tmp_p
         assert _strip_perf(read_metrics(out / name)) == _strip_perf(read_metrics(tmp_path / "straight" / name))
 
 
+def test_a_signal_in_the_warm_start_says_it_stops_after_the_warm_start_step(tmp_path, monkeypatch, capfd):
+    """The first signal's line said "stopping at the end of this step", then the run ended with "in the warm start
+    ... start the run over": it names the warm-start step and that nothing is saved; in RL the step again."""
+    import os
+    import signal
+
+    import rpgrl.trainer.sft as sft
+    from rpgrl.trainer.rundir import STEP_ACTION, WARM_START_ACTION, Interrupted, StopSignals
+
+    cfg = tiny(("sft.max_steps", "4"), ("sft.eval_every", "2"), ("sft.batch_size", "8"), ("train.max_steps", "1"))
+    real_sft, real_step, seen = sft._sft_step, loop.training_step, []
+    stop = StopSignals()
+
+    def signalled_sft_step(*args, **kwargs):
+        seen.append(("warm start", stop._action))
+        if len(seen) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_sft(*args, **kwargs)
+
+    monkeypatch.setattr(sft, "_sft_step", signalled_sft_step)
+    with stop, pytest.raises(Interrupted, match="in the warm start"):
+        loop.train(cfg, tmp_path / "run", stop=stop)
+    assert seen == [("warm start", WARM_START_ACTION)] * 2
+    assert f"rpgrl train: SIGTERM: {WARM_START_ACTION} (again to stop now)" in capfd.readouterr().err
+    assert "not saved" in WARM_START_ACTION and "warm-start step" in WARM_START_ACTION
+
+    monkeypatch.setattr(sft, "_sft_step", real_sft)
+    stop = StopSignals()
+    monkeypatch.setattr(
+        loop, "training_step", lambda run, step: seen.append(("rl", stop._action)) or real_step(run, step)
+    )
+    loop.train(cfg, tmp_path / "again", stop=stop)
+    assert seen[-1] == ("rl", STEP_ACTION)
+
+
 def test_weights_that_no_longer_give_finite_logits_are_never_checkpointed(tmp_path, monkeypatch):
     """An update that sends the weights so far that every forward overflows (finite weights, here scaled by 1e30)
     ends the run as diverged without saving them, so --resume continues from the last sound checkpoint."""

@@ -906,18 +906,24 @@ def _warm_start(model, tokenizer, task: Task, cfg: Config, stop: StopSignals | N
     from rpgrl.trainer.sft import warm_start
 
     crash_point("warm-start")
-    stats = warm_start(
-        model,
-        tokenizer,
-        task.train_problems,
-        task.val_problems,
-        cfg.sft,
-        seed=cfg.train.seed,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        progress=cfg.train.progress,
-        forward=cfg.train.forward,
-        stop=None if stop is None else lambda: stop.received is not None,
-    )
+    if stop is not None:
+        stop.warming(True)
+    try:
+        stats = warm_start(
+            model,
+            tokenizer,
+            task.train_problems,
+            task.val_problems,
+            cfg.sft,
+            seed=cfg.train.seed,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            progress=cfg.train.progress,
+            forward=cfg.train.forward,
+            stop=None if stop is None else lambda: stop.received is not None,
+        )
+    finally:
+        if stop is not None:
+            stop.warming(False)
     info = dataclasses.asdict(stats)
     print0(
         f"warm start: {stats.steps} steps in {stats.seconds:.0f} s, held-out greedy {100 * stats.greedy_acc:.1f}%, "

@@ -215,6 +215,11 @@ class Interrupted(Exception):
         return 128 + self.signum
 
 
+STEP_ACTION = "stopping at the end of this step"
+WARM_START_ACTION = ("stopping after this warm-start step; a warm start stopped before its end is not saved "
+                     "(--resume starts the run over)")  # fmt: skip
+
+
 class StopSignals:
     """Context manager: while inside, the first SIGTERM / SIGINT sets `received` (the signal number) instead of
     stopping the process; a second one is handled as if we had installed nothing. Outside the main thread (where
@@ -225,7 +230,12 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
-        self._action = "stopping at the end of this step"
+        self._action = STEP_ACTION
+
+    def warming(self, on: bool) -> None:
+        """While the warm start runs (`on`): a first signal stops it after its current step, with nothing saved (the
+        run starts over on --resume); after it, at the end of the RL step again."""
+        self._action = WARM_START_ACTION if on else STEP_ACTION
 
     def finishing(self) -> None:
         """The run's steps are done and its last checkpoint written: a first signal from now on lets it finish."""
