@@ -132,6 +132,7 @@ def test_load_newest_falls_back_past_a_corrupt_checkpoint(tmp_path, damage):
     path, state, skipped = ck.load_newest(tmp_path)
     assert path.name == "step-000002" and state["step"] == 2
     assert len(skipped) == 1 and skipped[0].startswith("step-000003 (") and "\n" not in skipped[0]
+    assert "state.pt does not load (truncated or corrupt): " in skipped[0]  # was torch's reason alone ("[Errno 22]")
     damage(tmp_path / "step-000002" / "state.pt")
     damage(tmp_path / "step-000001" / "state.pt")
     path, state, skipped = ck.load_newest(tmp_path)

@@ -195,9 +195,9 @@ def load_newest(ckpt_dir: Path) -> tuple[Path | None, dict[str, Any] | None, lis
             state = load_checkpoint(d)
             if not isinstance(state, dict) or "step" not in state:
                 raise ValueError("not a checkpoint state")
-        except Exception as e:  # a corrupt pickle or zip can raise nearly anything
-            why = first_line(e)
-            skipped.append(f"{d.name} ({why[:100]})")
+        except Exception as e:  # a corrupt pickle or zip can raise nearly anything ("[Errno 22] Invalid argument")
+            what = "cannot be read" if isinstance(e, PermissionError) else "does not load (truncated or corrupt)"
+            skipped.append(f"{d.name} (state.pt {what}: {first_line(e)[:100]})")
             continue
         return d, state, skipped
     return None, None, skipped
