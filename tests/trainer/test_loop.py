@@ -1222,6 +1222,26 @@ def test_a_resume_past_the_end_sets_the_old_end_aside(tmp_path):
     assert {p.name: p.read_bytes() for p in (out / "model-step2").iterdir()} == old
 
 
+def test_an_end_set_aside_and_written_again_at_the_same_step_is_not_kept_twice(tmp_path):
+    """A resume past a finished run's end, killed before its next checkpoint, then resumed to the old end's step:
+    model-step2/ and summary-step2.json stayed beside model/ and summary.json, duplicates of them (the same
+    checkpoint's weights). The end written again replaces them."""
+    out = tmp_path / "run"
+    loop.train(tiny(("train.max_steps", "2")), out)
+    old = {p.name: p.read_bytes() for p in (out / "model").iterdir()}
+
+    def killed_at_3(step, st):
+        if step == 3:
+            raise KeyboardInterrupt  # as a SIGKILL: no checkpoint after step 2
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(tiny(("train.max_steps", "4")), out, resume=True, on_step=killed_at_3)
+    assert (out / "model-step2").is_dir() and not (out / "model").exists()
+    summary = loop.train(tiny(("train.max_steps", "2")), out, resume=True)
+    assert summary["steps"] == 2 and {p.name: p.read_bytes() for p in (out / "model").iterdir()} == old
+    assert not list(out.glob("*-step2*")) and (out / "summary.json").is_file()
+
+
 def test_a_stopped_run_has_its_curves_and_rpgrl_plot_draws_any_run(tmp_path, capsys):
     """curves.png was drawn at a run's end only (a stopped run had none) from metrics.jsonl only (the evaluations
     before RL and at the end, in eval.jsonl, never showed); there was no command to draw a run (a review's)."""

@@ -280,6 +280,14 @@ def _set_aside_the_end(run: Run) -> None:
     _remove(out / "curves.png")
 
 
+def _drop_the_same_end_aside(out: Path, step: int) -> None:
+    """After the end at `step` is written: an end set aside at the same step (`_set_aside_the_end`, by a resume past
+    it that was killed before its next checkpoint, then resumed to this step again) is this end again, from the same
+    checkpoint's weights: not kept twice (model-step<N>/ and summary-step<N>.json beside model/ and summary.json)."""
+    for aside in (out / f"model-step{step}", out / f"summary-step{step}.json"):
+        _remove(aside)
+
+
 def _put_back_the_end(run: Run) -> None:
     """Undo `_set_aside_the_end` (a resume that ended before any step was saved: the old end is the run's end)."""
     for aside, name in run.end_aside:
@@ -501,6 +509,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
         "eval_problems": len(_eval_slice(run.task, cfg)[0]),
     }
     write_text_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2) + "\n")
+    _drop_the_same_end_aside(out, step)
     if summary["eval_problems"]:
         print0(
             f"held-out greedy accuracy ({summary['eval_problems']} problems): start of RL "
