@@ -1216,3 +1216,14 @@ def test_a_clamped_separate_kl_refuses_a_beta_past_float32_in_one_line(clip):
     out = rpg_loss((old + 0.2).double(), old.double(), torch.tensor([0.0]).double(), torch.ones(1, 1), **kw)
     lw = (old + 0.2).double().item() - old.double().item()
     assert out.loss.item() == pytest.approx(1e39 * math.exp(lw) * lw, rel=1e-12)
+
+
+def test_an_overflow_caused_by_beta_names_beta():
+    """beta 1e308 with w = e^0.2 overflowed the loss, and the message blamed the ratio alone ("log w per token in
+    [0.2, 0.2]: a ratio is too extreme"): it gives beta and the largest |A| beside log w, and names beta as a cause."""
+    logp = torch.full((1, 2), -1.0, dtype=torch.float64, requires_grad=True)
+    old, adv = torch.full((1, 2), -1.2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
+    with pytest.raises(LossOverflow) as e:
+        rpg_loss(logp, old, adv, torch.ones(1, 2), divergence="fkl", style="reinforce", beta=1e308, clip=None)
+    message = str(e.value)
+    assert "beta = 1e+308, |A| up to 1)" in message and "a smaller beta" in message and "\n" not in message

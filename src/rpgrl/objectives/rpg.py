@@ -154,9 +154,11 @@ def rpg_loss(
     if not torch.isfinite(loss) or (style == "differentiable" and not _gradient_weight_finite(r, o)):
         what = f"loss = {loss.item()}" if not torch.isfinite(loss) else "its gradient"
         rho = "" if r.log_rho is None else f", log rho = log(pi_anchor / pi_old) in {_span(r.log_rho)}"
+        sizes = f"beta = {o.beta:g}, |A| up to {float(r.adv.abs().max()):g}"  # (not the ratio's: beta 1e308, say)
         raise LossOverflow(
-            f"rpg_loss overflowed ({what}, log w per {level} in {_span(r.log_w)}{rho}): a ratio is too extreme to "
-            "represent; use clip='dual', smaller steps or max_log_w" + (", or a fresher anchor" if rho else "")
+            f"rpg_loss overflowed ({what}, log w per {level} in {_span(r.log_w)}{rho}, {sizes}): a ratio, beta or "
+            "an advantage is too extreme to represent; use clip='dual', smaller steps or max_log_w, or a smaller "
+            "beta" + (", or a fresher anchor" if rho else "")
         )
     r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, policy_unit, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
