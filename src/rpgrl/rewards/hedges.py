@@ -144,7 +144,7 @@ _NAMED_CORRECT = re.compile(
 _CONDITION = re.compile(r"(?<![A-Za-z])(?:if|unless|assuming|when)(?![A-Za-z])", re.IGNORECASE)
 
 
-def _corrects(alternative: str) -> bool:
+def corrects(alternative: str) -> bool:
     """Whether the text before the last box corrects the answer (`_CORRECTION`, or `_NAMED_CORRECT` unconditioned)."""
     if _CORRECTION.search(alternative):
         return True
@@ -158,7 +158,7 @@ def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool
     orders, \\boxed{8}.`, `\\[\\boxed{4}\\]` then a line `Alternatively, ...`: a hedge in one paragraph as in two);
     when the answer is `stated` as one (a label, "the answer is", `_stated`), in a later paragraph too (`\\boxed{4}`,
     a paragraph checking it, then `Alternatively, ...`; a step's box is not). Not when the text after the answer
-    finds an error or names the last value the correct answer (`_corrects`: the last box corrects the answer)."""
+    finds an error or names the last value the correct answer (`corrects`: the last box corrects the answer)."""
     between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     paragraphs = paragraphs[:1] + [q for q in paragraphs[1:] if not _RULE.fullmatch(q)]  # `---` parts nothing
@@ -171,7 +171,7 @@ def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool
         sentences = _SENTENCE_END.split(between, maxsplit=1)
         alternative = sentences[1] if len(sentences) == 2 and _ALTERNATIVE.match(sentences[1]) else None
         alternative = alternative or _alternative_line(between)
-    return alternative is not None and not _corrects(alternative)
+    return alternative is not None and not corrects(alternative)
 
 
 _ANSWER_WORD = re.compile(r"(?<![A-Za-z])answer(?![A-Za-z])", re.IGNORECASE)

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
-from rpgrl.rewards.hedges import _corrects, alternative_to_label, box_run, is_hedge, values_offered
+from rpgrl.rewards.hedges import alternative_to_label, box_run, corrects, is_hedge, values_offered
 from rpgrl.rewards.notation import bracket_end
 from rpgrl.rewards.presentation import (
     _DELIMITERS,
@@ -255,12 +255,12 @@ def _answer_in(text: str) -> str | None:
 
 def _corrected_in_a_sentence(text: str, box: tuple[int, str]) -> str | None:
     """The value of an answer sentence ending the response after the last `box` (`_answer_is_value`,
-    `_value_is_answer`) when the text after the box corrects it (`hedges._corrects`: `\\boxed{7}`, then `Wait,
+    `_value_is_answer`) when the text after the box corrects it (`hedges.corrects`: `\\boxed{7}`, then `Wait,
     I forgot the divisor 1, so the answer is 8.`: the last answer counts), else None."""
     after = text[box[0] + len(box[1]) + 2 :]
     tail = after[-4 * MAX_ANSWER_CHARS :]
     value = _answer_is_value(tail) or _value_is_answer(tail)
-    return value if value is not None and _corrects(after) else None
+    return value if value is not None and corrects(after) else None
 
 
 def _answer_is_value(tail: str) -> str | None:
