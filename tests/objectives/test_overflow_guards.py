@@ -1227,3 +1227,41 @@ def test_an_overflow_caused_by_beta_names_beta():
         rpg_loss(logp, old, adv, torch.ones(1, 2), divergence="fkl", style="reinforce", beta=1e308, clip=None)
     message = str(e.value)
     assert "beta = 1e+308, |A| up to 1)" in message and "a smaller beta" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("divergence", ["fkl", "ufkl", "urkl"])
+@pytest.mark.parametrize("log_rho, dtype", [(20.0, torch.float32), (40.0, torch.float32), (40.0, torch.float64),
+                                            (600.0, torch.float64), (-30.0, torch.float32)])  # fmt: skip
+@pytest.mark.parametrize("log_ws", [(0.1, -0.05, 0.2, -0.1), (0.1, -0.3, 2.5, -0.05)])  # all within the clip; two out
+def test_rpg_exact_dual_clip_loss_policy_with_a_far_anchor(divergence, log_rho, dtype, log_ws):
+    """The differentiable dual clip with the exact analogue and an anchor far above the sampler (rho = e^40):
+    loss/policy was total - loss/kl and kept their rounding (float32, rho = e^40: 7.8e8 for a policy part of -0.72;
+    float64: -4.0).
+    Reference, per unit in mpmath at 50 digits: the unit loss less beta rho phi(u), -A w unclipped and -A_hat clamp(w)
+    - beta rho phi(u) clipped (A_hat = A - beta phi(u) / u, clamp(w) at the loss's bounds), token-mean."""
+    mpmath = pytest.importorskip("mpmath")
+    beta, adv = 0.1, [0.7, -0.3, 0.7, -0.3]
+    old = torch.full((1, 4), -1.0, dtype=dtype)
+    lp = (old + torch.tensor([log_ws], dtype=dtype)).requires_grad_()
+    anchor = old + log_rho
+
+    def bound(b: float, inward: int):  # the clip's bound as the loss takes it: its log in the dtype, one ulp inside
+        x = torch.tensor(math.log(b), dtype=dtype)
+        return mpmath.exp(torch.nextafter(x, torch.tensor(inward * math.inf, dtype=dtype)).item())
+
+    with mpmath.workdps(50):
+        want = 0
+        for a, p, q, s in zip(adv, lp[0].tolist(), old[0].tolist(), anchor[0].tolist(), strict=True):
+            a, lw, lr = mpmath.mpf(torch.tensor(a, dtype=dtype).item()), mpmath.mpf(p) - q, mpmath.mpf(s) - q
+            w, u = mpmath.exp(lw), mpmath.exp(lw - lr)
+            phi = {"fkl": -mpmath.log(u), "ufkl": u - 1 - mpmath.log(u), "urkl": u * mpmath.log(u) - u + 1}[divergence]
+            a_hat = a - beta * phi / u
+            wc = min(w, bound(1.28, -1)) if a_hat >= 0 else min(max(w, bound(0.8, 1)), bound(10.0, -1))
+            want += -a * w if wc == w else -a_hat * wc - beta * mpmath.exp(lr) * phi
+        want = float(want / 4)
+    out = rpg_loss(lp, old, torch.tensor([adv], dtype=dtype), torch.ones(1, 4), divergence=divergence,
+                   style="differentiable", beta=beta, clip="dual", anchor_logp=anchor)  # fmt: skip
+    out.loss.backward()
+    assert math.isfinite(out.loss.item()) and bool(torch.isfinite(lp.grad).all())
+    rel = 1e-6 if dtype == torch.float32 else 1e-12
+    assert out.metrics["loss/policy"].item() == pytest.approx(max(min(want, 1e30), -1e30), rel=rel, abs=0.0)

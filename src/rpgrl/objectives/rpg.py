@@ -32,11 +32,12 @@ Metrics (of `rpg_loss`; names read elsewhere are constants in `rpgrl.metrics`)
 
     Detached 0-dim tensors: loss/total, loss/kl (beta x divergence estimate, same aggregation), loss/policy (= total -
     kl; the policy term's aggregate where the differentiable loss is it plus a separate KL term, clip=None or
-    kl_in_clip=False, which the difference loses below the KL term's rounding), kl/<divergence> (mean over responses of
-    the per-response estimate sum_units rho phi(u)), kl/k3_anchor (token mean of k3(pi_a/pi_theta) = KL(pi_theta||pi_a)
-    estimate), kl/k1_old (token mean of old_logp - logp), kl/grad_share (the KL part's share of the per-unit gradient
-    weight, sum|C| / (sum|w A| + sum|C|) before clipping), log_w/max, log_w/min, log_w/abs_mean (over units),
-    clip/frac_low, clip/frac_high, clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w,
+    kl_in_clip=False, which the difference loses below the KL term's rounding, and with the exact dual clip the
+    aggregate of -A clamp(w) + beta rho phi(u) (clamp(w) / w - 1), -A w where unclipped), kl/<divergence> (mean over
+    responses of the per-response estimate sum_units rho phi(u)), kl/k3_anchor (token mean of k3(pi_a/pi_theta) =
+    KL(pi_theta||pi_a) estimate), kl/k1_old (token mean of old_logp - logp), kl/grad_share (the KL part's share of the
+    per-unit gradient weight, sum|C| / (sum|w A| + sum|C|) before clipping), log_w/max, log_w/min, log_w/abs_mean (over
+    units), clip/frac_low, clip/frac_high, clip/frac_dual (fraction of units in each clipped row), clip/frac_max_log_w,
     clip/frac_kl_clamp. The KL and loss metrics are computed in float64 (beta x each unit's term bounded at +-1e300, per
     unit and per row, as are the beta-less terms of kl/<divergence>) and every metric saturates at +-1e30
     (`base.METRIC_LIMIT`): a finite loss never comes with an inf or NaN metric, and 1e30 means the estimate overflowed
@@ -56,7 +57,7 @@ from rpgrl import metrics as M
 from rpgrl.objectives import divergences as dv
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, dtype_bound, finite_gradient
-from rpgrl.objectives.kl import weight_times_w, weight_times_w_value
+from rpgrl.objectives.kl import log_abs_expm1, weight_times_w, weight_times_w_value
 from rpgrl.objectives.reduce import aggregate_rows, check_normalizer
 from rpgrl.options import ANALOGUES, BRANCHES, CLIPS, LEVELS, STYLES, OptionError, RPGOptions  # noqa: F401 (re-exported)
 
@@ -142,9 +143,9 @@ def rpg_loss(
     o = _in_dtype(o, logp)
     logp = finite_gradient(logp, "rpg_loss")
     r = _ratios(logp, old_logp, advantages, mask, anchor_logp, o)
-    policy_unit = None
+    policy = None
     if style == "differentiable":
-        loss_unit, clamped_kl, policy_unit = _differentiable(r, o)
+        loss_unit, clamped_kl, policy = _differentiable(r, o)
         per_token = None if level == "sequence" else torch.where(r.mask, loss_unit, 0.0)  # loss_unit is -A at padding
         row_loss = loss_unit if level == "sequence" else per_token.sum(-1)
     else:
@@ -160,7 +161,7 @@ def rpg_loss(
             "an advantage is too extreme to represent; use clip='dual', smaller steps or max_log_w, or a smaller "
             "beta" + (", or a fresher anchor" if rho else "")
         )
-    r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, policy_unit, r, o, normalizer)
+    r.metrics |= _kl_and_loss_metrics(loss, clamped_kl, policy, r, o, normalizer)
     return LossOutput(loss=loss, per_token=per_token, metrics=reported(r.metrics, logp.dtype))
 
 
@@ -320,14 +321,16 @@ def _inside(bound: float, direction: int, like: torch.Tensor) -> torch.Tensor:
     return torch.nextafter(x, torch.tensor(direction * math.inf, dtype=like.dtype, device=like.device))
 
 
-def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tensor | None, tuple | None]:
     """Per-unit differentiable loss (spec 2.1 l_diff; with clip='dual' paper Alg. 1 / spec 4.1). Returns
-    (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None, the policy term where the loss is it
-    plus a separate KL term, else None: for loss/policy). Shapes: units."""
+    (loss_unit, the clamped KL term rho phi(u) with `kl_value_clamp`, else None, the policy part for loss/policy, else
+    None): (the policy term, None) where the loss is it plus a separate KL term; with the exact dual clip (-A
+    clamp(w), log clamp(w) - log w), whose unit loss less beta rho phi(u) is -A clamp(w) + beta rho phi(u) (clamp(w) /
+    w - 1). Shapes: units."""
     log_w, log_u, log_rho, adv, divergence, beta = r.log_w, r.log_u, r.log_rho, r.adv, o.divergence, o.beta
     clip, branch, sep_kl, b, metrics = o.clip, o.branch, o.separate_kl, _Bounds(o.eps_low, o.eps_high, o.c), r.metrics
     w = torch.exp(log_w) if clip is None else None
-    masked, edge = False, False
+    masked, edge, policy = False, False, None
     if w is not None:  # one host sync for both: w overflowed; w over- or underflows where w A may not (`edge`)
         with torch.no_grad():
             finite = torch.isfinite(w)
@@ -352,7 +355,7 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
         loss = w * -adv  # -adv is (B, 1) for per-sequence advantages
         if edge:  # w alone over- or underflows where w A may not: -w A in log space (`weight_times_w`)
             loss = weight_times_w(log_w.masked_fill(adv == 0, 0.0), (-adv).expand_as(log_w))
-        return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl, (loss if add_kl else None)
+        return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl, ((loss, None) if add_kl else None)
 
     # clip == "dual": l = -A_hat * clamp(w, lo_t, hi_t); (lo_t, hi_t) = (0, hi) if positive branch else (lo, c)
     exact = not (sep_kl or beta == 0) and o.analogue == "exact"  # -w A_hat == -w A + beta rho phi(u)
@@ -376,13 +379,17 @@ def _differentiable(r: _Ratios, o: RPGOptions) -> tuple[torch.Tensor, torch.Tens
     log_hi = torch.where(pos, _inside(b.log_hi, -1, log_w), _inside(b.log_c, -1, log_w))
     if exact:
         loss = _exact_dual(r, o, neg_a_hat_at, log_lo, log_hi)
+        with torch.no_grad():  # the policy part: -A clamp(w), and the shift log clamp(w) - log w (0 where unclipped)
+            lwc = lw.clamp(log_lo, log_hi)
+            policy = (-adv * torch.exp(lwc), lwc - lw)
     else:
         loss = neg_a_hat_at(log_u) * torch.exp(log_w.clamp(log_lo, log_hi))
     with torch.no_grad():
         metrics[M.CLIP_HIGH] = r.unit_mean(pos & (lw >= b.log_hi))
         metrics[M.CLIP_LOW] = r.unit_mean(~pos & (lw <= b.log_lo))
         metrics[M.CLIP_DUAL] = r.unit_mean(~pos & (lw >= b.log_c))
-    return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl, (loss if add_kl else None)
+    policy = (loss, None) if add_kl else policy if exact else None
+    return (torch.add(loss, kl, alpha=alpha) if add_kl else loss), clamped_kl, policy
 
 
 def _exact_dual(r: _Ratios, o: RPGOptions, neg_a_hat_at, log_lo: torch.Tensor, log_hi: torch.Tensor) -> torch.Tensor:
@@ -485,13 +492,31 @@ def _beta_kl(kl_unit: torch.Tensor, log_u: torch.Tensor, log_rho: torch.Tensor |
     return torch.where(torch.isfinite(kl_unit), o.beta * kl_unit, far)
 
 
+def _policy_rows(policy_unit, shift, kl_unit, log_u, log_rho, mask_b, o: RPGOptions) -> torch.Tensor:
+    """The policy part per response in float64 (B,), from `_differentiable`'s (policy term, shift): the term, plus,
+    where `shift` = log clamp(w) - log w is given (the exact dual clip), beta rho phi(u) expm1(shift), the KL part
+    the clip takes off or adds (0 where w is unclipped), as a product where it is finite, else from its log.
+    `kl_unit` (rho phi(u)), `log_u`, `log_rho`: float64 units. Bounded per unit and per row as the KL metrics
+    (`_bounded_rows`)."""
+    unit = policy_unit.detach().to(f64 := torch.float64).expand_as(log_u)
+    if shift is not None:
+        shift, log_rho = shift.to(f64), torch.zeros_like(log_u) if log_rho is None else log_rho
+        sign, log_size = dv.log_regularizer(o.divergence, log_u, log_rho)
+        direct = o.beta * kl_unit * torch.expm1(shift)
+        log_far = (log_size + math.log(o.beta) + log_abs_expm1(shift)).clamp(max=math.log(_ROW_LIMIT))
+        far = sign * torch.sign(shift) * torch.exp(log_far)
+        unit = unit + torch.where(torch.isfinite(direct), direct, far).clamp(-_ROW_LIMIT, _ROW_LIMIT)
+    unit = unit if o.level == "sequence" else torch.where(mask_b, unit, 0.0)
+    return _bounded_rows(unit, o.level)
+
+
 @torch.no_grad()
-def _kl_and_loss_metrics(loss, kl_unit, policy_unit, r: _Ratios, o: RPGOptions, normalizer) -> dict[str, torch.Tensor]:
+def _kl_and_loss_metrics(loss, kl_unit, policy, r: _Ratios, o: RPGOptions, normalizer) -> dict[str, torch.Tensor]:
     """kl/<divergence>, kl/k3_anchor, kl/k1_old and loss/*, in float64 and overflow-safe (dv.regularizer is never
     NaN; `reported` saturates what exceeds the range); log_w/abs_mean and kl/grad_share, the off-policy regime.
     `kl_unit`: the loss's clamped KL term, else None (recomputed: an unclamped term may have overflowed where the
-    loss does not use it, beta = 0). `policy_unit`: the loss's policy term where the loss is it plus a separate KL
-    term (units), whose aggregate is loss/policy; else loss/policy = total - loss/kl."""
+    loss does not use it, beta = 0). `policy`: `_differentiable`'s policy part, whose aggregate is loss/policy
+    (`_policy_rows`); else (None) loss/policy = total - loss/kl."""
     log_u, log_rho, log_w_tok, log_rho_tok, mask_b = r.log_u, r.log_rho, r.log_w_tok, r.log_rho_tok, r.mask
     divergence, beta, level, agg = o.divergence, o.beta, o.level, o.agg
     f64, n_tok = torch.float64, mask_b.sum()
@@ -504,11 +529,10 @@ def _kl_and_loss_metrics(loss, kl_unit, policy_unit, r: _Ratios, o: RPGOptions, 
     kl_loss = loss.new_zeros((), dtype=f64)
     if beta > 0:
         kl_loss = aggregate_rows(_bounded_rows(_beta_kl(kl_unit, log_u, log_rho, o), level), mask_b, agg, normalizer)
-    policy = loss.detach().to(f64) - kl_loss
-    if policy_unit is not None:  # not as that difference: it keeps only the rounding of the two past the policy term
-        unit = policy_unit.detach().to(f64)
-        unit = unit if level == "sequence" else torch.where(mask_b, unit, 0.0).sum(-1)
-        policy = aggregate_rows(unit, mask_b, agg, normalizer)
+    if policy is None:
+        policy = loss.detach().to(f64) - kl_loss
+    else:  # not as that difference: it keeps only the rounding of the two past the policy term
+        policy = aggregate_rows(_policy_rows(*policy, kl_unit, log_u, log_rho, mask_b, o), mask_b, agg, normalizer)
     lu_tok = log_w_tok.detach() if log_rho_tok is None else log_w_tok.detach() - log_rho_tok
     lu_tok = lu_tok.to(f64)  # (B, T), 0 at padding
     # the off-policy regime: spread of log w before max_log_w, and the KL's gradient share
