@@ -136,3 +136,18 @@ def test_aggregate_of_half_precision_sums_in_float32(dtype, agg):
     assert out.dtype == dtype and out.item() == pytest.approx(expected, rel=1e-2)
     out.backward()
     assert per_token.grad.dtype == dtype and torch.isfinite(per_token.grad).all()
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int8])
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("n", [257, 2049, 70000])
+def test_aggregate_counts_a_numeric_mask_exactly(mask_dtype, agg, n):
+    """The token counts were the mask's own sums, in its dtype: a float16 mask of 70,000 ones summed to inf (token-mean
+    0.0 for 1.0), a bfloat16 one of 257 to 256 (1.0039 for 1.0), and a float64 mask made a float32 loss float64.
+    Reference: n tokens of 1 (token-mean, seq-mean-token-mean: 1; seq-mean-token-sum: n), in per_token's dtype."""
+    per_token = torch.ones(1, n, requires_grad=True)
+    out = aggregate(per_token, torch.ones(1, n, dtype=mask_dtype), agg)
+    assert out.dtype == torch.float32 and out.item() == (n if agg == "seq-mean-token-sum" else 1.0)
+    out.backward()
+    want = 1.0 if agg == "seq-mean-token-sum" else 1.0 / n
+    assert per_token.grad.dtype == torch.float32 and torch.allclose(per_token.grad, torch.full((1, n), want))

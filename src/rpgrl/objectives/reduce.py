@@ -100,13 +100,15 @@ def aggregate(
     normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer  # (1,): a scalar loss
     if per_token.dtype in (torch.float16, torch.bfloat16):  # summed in float32: a half-precision sum overflows (or
         return aggregate(per_token.float(), mask, agg, normalizer).to(per_token.dtype)  # rounds) where the mean fits
-    # counts come from the mask as given (a bool mask sums to an exact integer); no dtype round trips
+    # counts from the mask as bools (exact integers): a float16 mask's own sum of 70,000 ones was inf (a loss of 0) and
+    # a bfloat16 one's of 257 was 256; nor does a float64 mask's count turn a float32 loss into float64
+    keep = _keep(per_token, mask)
     if agg == "token-mean":
-        n = mask.sum() if normalizer is None else normalizer
-        return masked_sum(per_token, mask) / n
-    per_seq = masked_sum(per_token, mask, dim=-1)  # (B,)
+        n = keep.sum() if normalizer is None else normalizer
+        return masked_sum(per_token, keep) / n
+    per_seq = masked_sum(per_token, keep, dim=-1)  # (B,)
     if agg == "seq-mean-token-mean":
-        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+        per_seq = per_seq / keep.sum(-1).clamp(min=1)
     n = max(per_token.shape[0], 1) if normalizer is None else normalizer  # no response: 0, not 0 / 0
     return per_seq.sum() / n
 
