@@ -253,7 +253,7 @@ BAD = [
     ((GOOD[0][:2], GOOD[1], GOOD[2]), r"group \(3,\) must have the shape of rewards \(2,\)"),
     ((GOOD[0], GOOD[1].double(), GOOD[2]), "group must hold integer prompt ids"),
     ((GOOD[0], GOOD[1].bool(), GOOD[2]), "group must hold integer prompt ids"),
-    ((GOOD[0].long(), GOOD[1], GOOD[2]), "rewards must be a floating tensor"),
+    ((GOOD[0].long(), GOOD[1], GOOD[2]), "rewards has dtype torch.int64; an advantage estimator needs float32 or "),
     ((GOOD[0][None], GOOD[1][None], GOOD[2]), r"rewards must be a non-empty \(B,\) tensor"),
     ((torch.zeros(0, dtype=F64), torch.zeros(0, dtype=torch.long), torch.ones(0, 2)), "non-empty"),
     ((GOOD[0], GOOD[1], torch.ones(2, 2)), r"mask must be \(B, T\) with B = 3"),

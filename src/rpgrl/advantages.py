@@ -5,11 +5,12 @@ Every estimator shares one signature (the `AdvantageFn` protocol):
     fn(rewards: (B,), group: (B,) integer prompt ids, mask: (B, T)) -> advantages (B,) or (B, T)
 
 `group` marks responses to the same prompt (any integer ids, not necessarily contiguous); groups may have different
-sizes. Group statistics are computed with index_add (no Python loop over groups), in float64 whatever the rewards'
-dtype (float32 rewards of 1e20 have a variance float32 cannot hold), and the advantages are returned in the rewards'
-dtype; advantages that do not fit it raise ValueError. A mean is taken as the least value plus the mean of the
-differences to it, so equal rewards give advantages of exactly 0 at any magnitude (a plain float64 mean of seven
-copies of 6.6e10 is off by an ulp, which GRPO's division by a std of the same size turned into A = 0.87).
+sizes. Rewards are float32 or float64 (half precision is refused, as by the losses). Group statistics are computed with
+index_add (no Python loop over groups), in float64 whatever the rewards' dtype (float32 rewards of 1e20 have a variance
+float32 cannot hold), and the advantages are returned in the rewards' dtype; advantages that do not fit it raise
+ValueError. A mean is taken as the least value plus the mean of the differences to it, so equal rewards give advantages
+of exactly 0 at any magnitude (a plain float64 mean of seven copies of 6.6e10 is off by an ulp, which GRPO's division by
+a std of the same size turned into A = 0.87).
 Estimators, with exact epsilons:
 
     rpg                     A_i = R_i - mean_g(R)                         size-1 group: mean 0 (A = R)
@@ -32,12 +33,13 @@ from typing import Protocol
 
 import torch
 
-from rpgrl.objectives.checks import require_data, require_tensors
+from rpgrl.objectives.checks import require_data, require_floats, require_tensors
 from rpgrl.options import check_size, scalar
 from rpgrl.registry import Registry
 
 GRPO_EPS = 1e-6
 WHITEN_EPS = 1e-8
+_HALF = "the advantages come back in the rewards' dtype, which the losses refuse"
 
 
 class AdvantageFn(Protocol):
@@ -117,9 +119,9 @@ def reinforce_pp_baseline_advantage(
 def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS) -> torch.Tensor:
     """(values - mu) / sqrt(var + eps) over the positions where mask is set, 0 elsewhere.
 
-    mu = token-weighted mean, var = token-weighted variance with Bessel correction over the token count N
-    (sum m (v - mu)^2 / (N - 1)); N must be >= 2. Computed in float64, returned in values' dtype. Shapes: values,
-    mask: (B, T) -> (B, T); values finite where mask is set, mask bool or 0/1."""
+    mu = token-weighted mean, var = token-weighted variance with Bessel correction over the token count N (sum m (v -
+    mu)^2 / (N - 1)); N must be >= 2. Computed in float64, returned in values' dtype (float32 or float64). Shapes:
+    values, mask: (B, T) -> (B, T); values finite where mask is set, mask bool or 0/1."""
     eps = _check_eps(eps)
     if not isinstance(values, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise ValueError(f"whiten: values and mask must be tensors, got {type(values).__name__} and "
@@ -128,8 +130,7 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
     if values.dim() != 2 or mask.shape != values.shape:
         raise ValueError(f"whiten: values must be (B, T) and mask of its shape, got {tuple(values.shape)} and "
                          f"{tuple(mask.shape)}")  # fmt: skip
-    if not values.is_floating_point():
-        raise ValueError(f"whiten: values must be a floating tensor, got {values.dtype}")
+    require_floats("whiten", "values", "the result comes back in their dtype, which the losses refuse", values=values)
     if mask.dtype != torch.bool and ((mask != 0) & (mask != 1)).any():
         raise ValueError("whiten: mask must be bool or contain only 0 and 1")
     m = mask.bool()
@@ -195,8 +196,7 @@ def _check(rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor) -> No
     require_tensors(rewards=rewards, group=group, mask=mask)
     if rewards.dim() != 1 or rewards.numel() == 0:
         raise ValueError(f"rewards must be a non-empty (B,) tensor, got shape {tuple(rewards.shape)}")
-    if not rewards.is_floating_point():
-        raise ValueError(f"rewards must be a floating tensor, got {rewards.dtype}")
+    require_floats("an advantage estimator", "rewards", _HALF, rewards=rewards)
     if group.shape != rewards.shape:
         raise ValueError(f"group {tuple(group.shape)} must have the shape of rewards {tuple(rewards.shape)}")
     if group.is_floating_point() or group.is_complex() or group.dtype == torch.bool:

@@ -1265,3 +1265,37 @@ def test_rpg_exact_dual_clip_loss_policy_with_a_far_anchor(divergence, log_rho, 
     assert math.isfinite(out.loss.item()) and bool(torch.isfinite(lp.grad).all())
     rel = 1e-6 if dtype == torch.float32 else 1e-12
     assert out.metrics["loss/policy"].item() == pytest.approx(max(min(want, 1e30), -1e30), rel=rel, abs=0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.complex64])
+def test_helpers_take_the_losses_dtypes(dtype):
+    """The KL helpers, aggregate, the advantage estimators and whiten took float16 / bfloat16 (and integers: a float32
+    result; complex: torch's "isposinf does not support complex inputs") where the losses refuse them in one line
+    naming the argument and its dtype; they refuse them so now, and two log-probs of different float dtypes as the
+    losses do (the result was promoted to float64)."""
+    x, mask = torch.zeros(2, 3, dtype=dtype), torch.ones(2, 3)
+    f32, f64 = torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64)
+    group = torch.tensor([0, 0])
+    calls = [
+        ("logp", lambda: kl_penalty(x, x, "k3")),
+        ("logp", lambda: grpo_kl_term(x, x, x, corrected=True)),
+        ("logp", lambda: anchored_kl_term(x, x, x, direction="forward")),
+        ("per_token", lambda: aggregate(x, mask)),
+        ("values", lambda: whiten(x, mask)),
+        *[("rewards", lambda k=k: ADVANTAGES.get(k)(x[:, 0], group, mask)) for k in ADVANTAGES.names()],
+    ]
+    for name, call in calls:
+        with pytest.raises(
+            ValueError, match=rf"^{name} has dtype {dtype}; .* needs float32 or float64 .*\(upcast "
+        ) as e:
+            call()
+        assert "\n" not in str(e.value)
+    mixed = {
+        "ref_logp": lambda: kl_penalty(f32, f64, "k1"),
+        "old_logp": lambda: grpo_kl_term(f32, f32, f64, corrected=True),
+        "sampler_logp": lambda: anchored_kl_term(f64, f64, f32, direction="reverse"),
+    }
+    for name, call in mixed.items():
+        with pytest.raises(ValueError, match=rf"^{name} has dtype torch.float\d\d but logp has torch.float\d\d; pass "):
+            call()
+    assert grpo_kl_term(f32, f32, f64, corrected=False).dtype == torch.float32  # old_logp unused uncorrected

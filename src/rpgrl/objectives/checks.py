@@ -77,6 +77,26 @@ def require_data(**named: torch.Tensor | None) -> None:
             raise ValueError(f"{name} is on {t.device} but {first} is on {device}: pass every tensor on one device")
 
 
+FLOATS = (torch.float32, torch.float64)
+"""The dtypes the loss library computes in: half precision loses the small differences of log-probs (and of rewards),
+and integers or complex numbers are no log-probs or losses."""
+
+
+def require_floats(fn: str, what: str, why: str, **named: torch.Tensor | None) -> None:
+    """ValueError (one line) unless the first tensor of `named` is float32 or float64 (naming it, `fn` and `what` it
+    holds, and `why` upcasting helps) and every other given one has its dtype. None entries are skipped."""
+    given = [(name, t) for name, t in named.items() if t is not None]
+    first, dtype = given[0][0], given[0][1].dtype
+    if dtype not in FLOATS:
+        raise ValueError(f"{first} has dtype {dtype}; {fn} needs float32 or float64 {what} (upcast first: {why})")
+    for name, t in given[1:]:
+        if t.dtype != dtype:
+            raise ValueError(f"{name} has dtype {t.dtype} but {first} has {dtype}; pass the same dtype")
+
+
+LOGP_WHY = "in half precision the small differences logp - old_logp are lost"
+
+
 def check_tensors(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -99,18 +119,12 @@ def check_tensors(
     require_tensors(**named)
     if logp.dim() != 2 or logp.numel() == 0:
         raise ValueError(f"logp must be (B, T) with B, T > 0, got shape {tuple(logp.shape)}")
-    if logp.dtype not in (torch.float32, torch.float64):
-        raise ValueError(
-            f"logp has dtype {logp.dtype}; {loss} needs float32 or float64 log-probs (upcast first: in half "
-            "precision the small differences logp - old_logp are lost)"
-        )
+    require_floats(loss, "log-probs", LOGP_WHY, logp=logp)
     B, T = logp.shape
     for name in ("old_logp", "mask", *given):
         if named[name].shape != logp.shape:
             raise ValueError(f"{name} has shape {tuple(named[name].shape)} but must have the shape of logp {(B, T)}")
-    for name in ("old_logp", "advantages", *given):
-        if named[name].dtype != logp.dtype:
-            raise ValueError(f"{name} has dtype {named[name].dtype} but logp has {logp.dtype}; pass the same dtype")
+    require_floats(loss, "log-probs", LOGP_WHY, logp=logp, **{k: named[k] for k in ("old_logp", "advantages", *given)})
     if advantages.shape not in ((B,), (B, T)):
         raise ValueError(f"advantages has shape {tuple(advantages.shape)}: must be (B,) or (B, T) = {(B, T)}")
     if per_response_advantages and advantages.dim() == 2:

@@ -20,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from rpgrl.objectives.checks import dtype_bound, require_tensors
+from rpgrl.objectives.checks import dtype_bound, require_floats, require_tensors
 from rpgrl.options import check_size, scalar
 
 Direction = Literal["reverse", "forward"]
@@ -106,10 +106,11 @@ def grpo_kl_term(
     corrected:    w * k3(pi_ref / pi_theta),  w = exp(logp - old_logp) differentiated.
                   E_old[.] = KL(pi_theta || pi_ref) and E_old[grad .] = grad KL(pi_theta || pi_ref) for any pi_old.
 
-    Shapes: logp, ref_logp, old_logp, mask: (B, T) (any equal shapes) -> (B, T). `old_logp` is required only when
-    `corrected` (it is ignored otherwise). `ref_logp` and `old_logp` are constants (detach them upstream). `mask`
-    (bool or 0/1): the term is 0 at padding, with a zero gradient, whatever the padding holds (see `_unmasked`).
-    Where the term is 0 (logp = ref_logp) the corrected term is 0 with a zero gradient, also when w overflows.
+    Shapes: logp, ref_logp, old_logp, mask: (B, T) (any equal shapes) -> (B, T), float32 or float64 log-probs of one
+    dtype, as the losses take them. `old_logp` is required only when `corrected` (it is ignored otherwise). `ref_logp`
+    and `old_logp` are constants (detach them upstream). `mask` (bool or 0/1): the term is 0 at padding, with a zero
+    gradient, whatever the padding holds (see `_unmasked`). Where the term is 0 (logp = ref_logp) the corrected term is
+    0 with a zero gradient, also when w overflows.
     """
     require_tensors(("old_logp", "mask"), logp=logp, ref_logp=ref_logp, old_logp=old_logp, mask=mask)
     if logp.shape != ref_logp.shape:
@@ -118,6 +119,8 @@ def grpo_kl_term(
         raise ValueError("grpo_kl_term(corrected=True) needs old_logp (the sampler's log-probs) for the weight w")
     if corrected and old_logp.shape != logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
+    require_floats("grpo_kl_term", "log-probs", _why("ref_logp"), logp=logp, ref_logp=ref_logp,
+                   old_logp=old_logp if corrected else None)  # fmt: skip
     logp, ref_logp, old_logp = _unmasked(mask, logp, ref_logp, old_logp)
     if not corrected:
         return k3(ref_logp - logp)  # r = pi_ref / pi_theta
@@ -142,10 +145,10 @@ def anchored_kl_term(
     With anchor = sampler, `reverse` is RPG's URKL term w log w - w + 1 and `forward` is UFKL's k3(w).
     `grpo_kl_term(corrected=True)` is `reverse` with anchor = ref and sampler = old.
 
-    Shapes: logp, anchor_logp, sampler_logp, mask: equal shapes, e.g. (B, T) -> (B, T). Anchor and sampler are
-    constants. `mask` as in `grpo_kl_term`; where the k3 factor is 0 the term is 0 even if the weight overflows.
-    `log_scale`: the term times exp(log_scale), added to the weight's log, value and gradient (a scale beta brings
-    back in range a term that alone overflows).
+    Shapes: logp, anchor_logp, sampler_logp, mask: equal shapes, e.g. (B, T) -> (B, T); the log-probs float32 or
+    float64, of one dtype. Anchor and sampler are constants. `mask` as in `grpo_kl_term`; where the k3 factor is 0 the
+    term is 0 even if the weight overflows. `log_scale`: the term times exp(log_scale), added to the weight's log, value
+    and gradient (a scale beta brings back in range a term that alone overflows).
     """
     require_tensors(("mask",), logp=logp, anchor_logp=anchor_logp, sampler_logp=sampler_logp, mask=mask)
     if not (logp.shape == anchor_logp.shape == sampler_logp.shape):
@@ -155,6 +158,8 @@ def anchored_kl_term(
         )
     if direction not in ("reverse", "forward"):
         raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
+    require_floats("anchored_kl_term", "log-probs", _why("anchor_logp"), logp=logp, anchor_logp=anchor_logp,
+                   sampler_logp=sampler_logp)  # fmt: skip
     logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
     return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction, float(log_scale))
 
@@ -314,6 +319,10 @@ def _log_k3(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log1p(-torch.exp(torch.log1p(x) - x))
 
 
+def _why(other: str) -> str:
+    return f"in half precision the small differences logp - {other} are lost"
+
+
 def _unmasked(mask: torch.Tensor | None, *logps: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     """The log-probs with 0 at padding (mask 0), so that no exponential meets what padding holds: -inf or -1e4 there
     gives NaN in backward even when the caller masks the output (0 * inf). No mask: unchanged."""
@@ -364,7 +373,8 @@ def kl_penalty(
     gradient where they bind (0, not NaN, even where exp overflows); they apply to `low_var_kl`/`k3` only
     (ValueError otherwise).
 
-    Shapes: logp, ref_logp, mask: (B, T) -> (B, T). `mask` (bool or 0/1): 0 at padding with a zero gradient,
+    Shapes: logp, ref_logp, mask: (B, T) -> (B, T); logp and ref_logp float32 or float64, of one dtype (half precision
+    is refused, as by the losses). `mask` (bool or 0/1): 0 at padding with a zero gradient,
     whatever the padding holds; without it, padding must hold finite log-probs close to ref_logp (-inf there gives a
     NaN gradient even after the output is masked, and no clamp prevents it).
     """
@@ -373,6 +383,7 @@ def kl_penalty(
     require_tensors(("mask",), logp=logp, ref_logp=ref_logp, mask=mask)
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
+    require_floats("kl_penalty", "log-probs", _why("ref_logp"), logp=logp, ref_logp=ref_logp)
     is_k3 = name in ("low_var_kl", "k3")
     if (value_clamp is not None or log_ratio_clamp is not None) and not is_k3:
         raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")

@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-from rpgrl.objectives.checks import require_data
+from rpgrl.objectives.checks import require_data, require_floats
 from rpgrl.options import AGG_MODES, past_float, scalar  # noqa: F401 (AGG_MODES: declared with the other RPG options)
 
 
@@ -91,15 +91,13 @@ def aggregate(
 
     With `normalizer` set to the global count, summing `aggregate` over micro-batches gives the full-batch value.
     `mask` must have per_token's shape and hold bool or 0/1 values; without a normalizer, token-mean needs a token.
-    Half-precision losses are summed in float32 and the result rounded to their dtype.
+    per_token is float32 or float64, as the losses' log-probs (half precision is refused: upcast first).
     """
     if agg not in AGG_MODES:
         raise ValueError(f"unknown agg {agg!r}; valid: {', '.join(AGG_MODES)}")
     normalizer = check_normalizer(normalizer)
     _check_mask(per_token, mask, empty_ok=normalizer is not None or agg != "token-mean")
     normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer  # (1,): a scalar loss
-    if per_token.dtype in (torch.float16, torch.bfloat16):  # summed in float32: a half-precision sum overflows (or
-        return aggregate(per_token.float(), mask, agg, normalizer).to(per_token.dtype)  # rounds) where the mean fits
     # counts from the mask as bools (exact integers): a float16 mask's own sum of 70,000 ones was inf (a loss of 0) and
     # a bfloat16 one's of 257 was 256; nor does a float64 mask's count turn a float32 loss into float64
     keep = _keep(per_token, mask)
@@ -120,6 +118,7 @@ def _check_mask(per_token: torch.Tensor, mask: torch.Tensor, empty_ok: bool) -> 
         raise ValueError(f"per_token and mask must be tensors, got {type(per_token).__name__} and "
                          f"{type(mask).__name__}")  # fmt: skip
     require_data(per_token=per_token, mask=mask)
+    require_floats("aggregate", "losses", "the losses compute in float32 or float64", per_token=per_token)
     if per_token.dim() != 2 or mask.shape != per_token.shape:
         raise ValueError(f"per_token must be (B, T) and mask of its shape, got {tuple(per_token.shape)} and "
                          f"{tuple(mask.shape)}")  # fmt: skip
