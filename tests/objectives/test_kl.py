@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -348,3 +349,24 @@ def test_scaled_k3_is_the_scale_times_k3_and_its_gradient_where_both_fit():
         val = math.exp(math.log(1e-5) + xi) - 1e-5 * (1 + xi) if xi > 50 else 1e-5 * (math.expm1(xi) - xi)
         assert v == pytest.approx(val, rel=1e-5, abs=1e-45), xi
         assert g == pytest.approx(1e-5 * math.expm1(xi) if xi < 50 else math.exp(math.log(1e-5) + xi), rel=1e-5), xi
+
+
+@pytest.mark.parametrize("log_scale, match", [
+    (math.nan, "log_scale must be a finite number, got nan"),  # NaN terms and gradients
+    (math.inf, "log_scale must be a finite number, got inf"),  # inf terms
+    (10**400, "log_scale must be a float or an int below 2..63"),  # OverflowError
+    ("1", "log_scale must be a finite number, got '1'"),  # float('1') = 1 taken
+    (True, "log_scale must be a finite number, got True"),
+    (torch.tensor(0.5, requires_grad=True), "log_scale must be a constant number"),  # its graph cut silently
+])  # fmt: skip
+def test_anchored_kl_term_refuses_a_log_scale_that_is_no_finite_number(log_scale, match):
+    """log_scale was taken through float(): NaN and inf gave NaN / inf terms and gradients, a string of a number
+    passed, 10**400 raised OverflowError; one-line ValueErrors naming log_scale now. A finite one (numpy's or a 0-dim
+    tensor's too) scales the term by exp(log_scale): reference e^0.5 x the unscaled term, float64."""
+    lp, a, s = (torch.tensor([v], dtype=torch.float64) for v in ([-1.0, -2.0], [-1.5, -2.0], [-1.2, -1.0]))
+    with pytest.raises(ValueError, match=match) as info:
+        anchored_kl_term(lp, a, s, direction="reverse", log_scale=log_scale)
+    assert "\n" not in str(info.value)
+    want = math.exp(0.5) * anchored_kl_term(lp, a, s, direction="reverse")
+    for ok in (0.5, np.float32(0.5), torch.tensor(0.5)):
+        assert torch.allclose(anchored_kl_term(lp, a, s, direction="reverse", log_scale=ok), want, rtol=1e-15, atol=0)

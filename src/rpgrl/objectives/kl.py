@@ -148,7 +148,7 @@ def anchored_kl_term(
     Shapes: logp, anchor_logp, sampler_logp, mask: equal shapes, e.g. (B, T) -> (B, T); the log-probs float32 or
     float64, of one dtype. Anchor and sampler are constants. `mask` as in `grpo_kl_term`; where the k3 factor is 0 the
     term is 0 even if the weight overflows. `log_scale`: the term times exp(log_scale), added to the weight's log, value
-    and gradient (a scale beta brings back in range a term that alone overflows).
+    and gradient (a scale beta brings back in range a term that alone overflows); a finite number.
     """
     require_tensors(("mask",), logp=logp, anchor_logp=anchor_logp, sampler_logp=sampler_logp, mask=mask)
     if not (logp.shape == anchor_logp.shape == sampler_logp.shape):
@@ -161,7 +161,18 @@ def anchored_kl_term(
     require_floats("anchored_kl_term", "log-probs", _why("anchor_logp"), logp=logp, anchor_logp=anchor_logp,
                    sampler_logp=sampler_logp)  # fmt: skip
     logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
-    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction, float(log_scale))
+    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction, _log_scale(log_scale))
+
+
+def _log_scale(v) -> float:
+    """`anchored_kl_term`'s log_scale as a Python float (numpy's scalars and 0-dim arrays or tensors taken as their
+    value); ValueError unless a finite real number: NaN gave NaN terms and gradients, inf infinite ones, a string
+    of a number passed through float(), and 10**400 raised OverflowError."""
+    v = scalar(v, "log_scale")
+    check_size(v, "log_scale")
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+        raise ValueError(f"log_scale must be a finite number, got {v!r}")
+    return float(v)
 
 
 def scaled_k3(log_r: torch.Tensor, log_scale: float) -> torch.Tensor:
