@@ -370,3 +370,18 @@ def test_anchored_kl_term_refuses_a_log_scale_that_is_no_finite_number(log_scale
     want = math.exp(0.5) * anchored_kl_term(lp, a, s, direction="reverse")
     for ok in (0.5, np.float32(0.5), torch.tensor(0.5)):
         assert torch.allclose(anchored_kl_term(lp, a, s, direction="reverse", log_scale=ok), want, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("corrected", ["false", "no", 0, 1, None])
+def test_grpo_kl_term_corrected_must_be_a_bool(corrected):
+    """corrected="false" (a config's string) was truthy: the corrected term w k3 where the uncorrected k3 was asked
+    for, and 0 / 1 passed as bools. One line naming the option; numpy's bools are bools. Reference: k3(ref - logp)
+    uncorrected, e^(logp - old) k3(ref - logp) corrected (float64)."""
+    lp, ref, old = (torch.tensor([v], dtype=torch.float64) for v in ([-1.0, -2.0], [-1.5, -2.0], [-1.2, -1.0]))
+    with pytest.raises(ValueError, match=f"^corrected must be true or false \\(a bool\\), got {corrected!r}$"):
+        grpo_kl_term(lp, ref, old, corrected=corrected)
+    x = ref - lp
+    for flag in (False, np.bool_(False)):
+        assert torch.allclose(grpo_kl_term(lp, ref, old, corrected=flag), torch.expm1(x) - x, rtol=1e-15, atol=0)
+    want = torch.exp(lp - old) * (torch.expm1(x) - x)
+    assert torch.allclose(grpo_kl_term(lp, ref, old, corrected=np.bool_(True)), want, rtol=1e-15, atol=0)

@@ -115,6 +115,9 @@ def grpo_kl_term(
     require_tensors(("old_logp", "mask"), logp=logp, ref_logp=ref_logp, old_logp=old_logp, mask=mask)
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} must have the same shape")
+    corrected = scalar(corrected, "corrected")  # numpy's bool as Python's
+    if not isinstance(corrected, bool):  # "false" or "no" would act as True
+        raise ValueError(f"corrected must be true or false (a bool), got {corrected!r}")
     if corrected and old_logp is None:
         raise ValueError("grpo_kl_term(corrected=True) needs old_logp (the sampler's log-probs) for the weight w")
     if corrected and old_logp.shape != logp.shape:
