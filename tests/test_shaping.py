@@ -132,3 +132,23 @@ def test_overlong_penalty_refuses_a_factor_past_its_dtype(factor, dtype):
     top = torch.finfo(dtype).max
     out = overlong_penalty(torch.tensor([7, 10]), 10, 4, top, dtype=dtype)
     assert out.tolist() == [torch.tensor(-top / 4, dtype=torch.float64).to(dtype).item(), -top]
+
+
+def test_shaping_names_a_list_a_meta_tensor_and_complex_accuracies_in_one_line():
+    """group_filter_keep([1.0, 0.0], ...) raised AttributeError ('list' object has no attribute 'dim'), a meta tensor
+    torch's NotImplementedError, complex accuracies lost their imaginary part with a warning; overlong_penalty of meta
+    lengths raised "Tensor.item() cannot be called on meta tensors". One-line ValueErrors now; the hand case stays
+    (group 0 mixed: kept; group 1 all right: dropped)."""
+    group = torch.tensor([0, 0, 1, 1])
+    calls = {
+        "acc and group must be tensors, got list and Tensor": lambda: group_filter_keep([1.0, 0.0, 1.0, 1.0], group),
+        "acc and group must be tensors, got Tensor and list": lambda: group_filter_keep(torch.ones(4), [0, 0, 1, 1]),
+        "acc is a meta tensor": lambda: group_filter_keep(torch.ones(4, device="meta"), group.to("meta")),
+        "acc must hold real accuracies": lambda: group_filter_keep(torch.ones(4, dtype=torch.complex64), group),
+        "lengths is a meta tensor": lambda: overlong_penalty(torch.tensor([3], device="meta"), 10, 5),
+    }
+    for match, call in calls.items():
+        with pytest.raises(ValueError, match=f"^{re.escape(match)}") as info:
+            call()
+        assert "\n" not in str(info.value)
+    assert group_filter_keep(torch.tensor([1.0, 0.0, 1.0, 1.0]), group).tolist() == [True, True, False, False]

@@ -4,7 +4,7 @@
     group_filter_keep    keep a prompt group iff its accuracies are not all equal, or it has one response
 
 The accumulation of generation batches until enough groups are kept (and the abort after too many batches)
-is orchestration and lives with the rollout code. Imports torch (and `rpgrl.options.scalar`) only.
+is orchestration and lives with the rollout code. Imports torch (and rpgrl's option and tensor checks) only.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numbers
 
 import torch
 
+from rpgrl.objectives.checks import require_data
 from rpgrl.options import check_size, scalar
 
 
@@ -36,6 +37,7 @@ def overlong_penalty(
     if lengths is None or isinstance(lengths, (str, bytes)):
         raise ValueError(f"lengths must be (B,) integers, got {type(lengths).__name__}")
     lengths = torch.as_tensor(lengths)
+    require_data(lengths=lengths)
     if lengths.is_complex() or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be (B,) real numbers, got {lengths.dtype}")
     if lengths.dim() != 1:
@@ -86,6 +88,11 @@ def group_filter_keep(acc: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     Shapes: acc: (B,) float or bool; group: (B,) integer prompt ids -> (B,) bool. Kept prompts:
     `group[keep].unique()`.
     """
+    if not isinstance(acc, torch.Tensor) or not isinstance(group, torch.Tensor):
+        raise ValueError(f"acc and group must be tensors, got {type(acc).__name__} and {type(group).__name__}")
+    require_data(acc=acc, group=group)
+    if acc.is_complex():  # its imaginary part was dropped with a warning
+        raise ValueError(f"acc must hold real accuracies (0/1 or bool), got {acc.dtype}")
     if acc.dim() != 1 or group.shape != acc.shape:
         raise ValueError(f"acc and group must both be (B,), got {tuple(acc.shape)} and {tuple(group.shape)}")
     if group.is_floating_point() or group.is_complex() or group.dtype == torch.bool:
