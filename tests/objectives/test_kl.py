@@ -385,3 +385,29 @@ def test_grpo_kl_term_corrected_must_be_a_bool(corrected):
         assert torch.allclose(grpo_kl_term(lp, ref, old, corrected=flag), torch.expm1(x) - x, rtol=1e-15, atol=0)
     want = torch.exp(lp - old) * (torch.expm1(x) - x)
     assert torch.allclose(grpo_kl_term(lp, ref, old, corrected=np.bool_(True)), want, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("name", ["kl_penalty k1", "kl_penalty k3", "kl_penalty clamped", "uncorrected", "corrected"])
+def test_kl_helpers_take_the_reference_as_a_constant(name):
+    """A ref_logp that required grad (a reference sharing the policy's weights, not run under no_grad) got a gradient
+    from kl_penalty and the uncorrected grpo_kl_term (the corrected term and the losses cut it): the reference is a
+    constant. logp's gradient is unchanged: reference 1 - e^(ref - logp) for k3, 1 for k1, float64."""
+    lp = torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-1.2, -1.0, -0.7]], dtype=torch.float64, requires_grad=True)
+    call = {
+        "kl_penalty k1": lambda: kl_penalty(lp, ref, "k1"),
+        "kl_penalty k3": lambda: kl_penalty(lp, ref, "k3"),
+        "kl_penalty clamped": lambda: kl_penalty(lp, ref, "k3", value_clamp=10.0),
+        "uncorrected": lambda: grpo_kl_term(lp, ref, old, corrected=False),
+        "corrected": lambda: grpo_kl_term(lp, ref, old, corrected=True),
+    }[name]
+    call().sum().backward()
+    assert ref.grad is None and old.grad is None
+    x = (ref - lp).detach()
+    want = {
+        "kl_penalty k1": torch.ones_like(x),
+        "corrected": torch.exp(lp - old).detach() * (torch.expm1(x) - x - torch.expm1(x)),
+    }
+    want = want.get(name, -torch.expm1(x))
+    assert torch.allclose(lp.grad, want, rtol=1e-14, atol=1e-15)

@@ -108,9 +108,9 @@ def grpo_kl_term(
 
     Shapes: logp, ref_logp, old_logp, mask: (B, T) (any equal shapes) -> (B, T), float32 or float64 log-probs of one
     dtype, as the losses take them. `old_logp` is required only when `corrected` (it is ignored otherwise). `ref_logp`
-    and `old_logp` are constants (detach them upstream). `mask` (bool or 0/1): the term is 0 at padding, with a zero
-    gradient, whatever the padding holds (see `_unmasked`). Where the term is 0 (logp = ref_logp) the corrected term is
-    0 with a zero gradient, also when w overflows.
+    and `old_logp` are constants (detached here, as the losses detach them). `mask` (bool or 0/1): the term is 0 at
+    padding, with a zero gradient, whatever the padding holds (see `_unmasked`). Where the term is 0 (logp = ref_logp)
+    the corrected term is 0 with a zero gradient, also when w overflows.
     """
     require_tensors(("old_logp", "mask"), logp=logp, ref_logp=ref_logp, old_logp=old_logp, mask=mask)
     if logp.shape != ref_logp.shape:
@@ -124,7 +124,7 @@ def grpo_kl_term(
         raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
     require_floats("grpo_kl_term", "log-probs", _why("ref_logp"), logp=logp, ref_logp=ref_logp,
                    old_logp=old_logp if corrected else None)  # fmt: skip
-    logp, ref_logp, old_logp = _unmasked(mask, logp, ref_logp, old_logp)
+    logp, ref_logp, old_logp = _unmasked(mask, logp, *_constants(ref_logp, old_logp))
     if not corrected:
         return k3(ref_logp - logp)  # r = pi_ref / pi_theta
     return _WeightedK3.apply(logp, ref_logp, old_logp, "reverse")
@@ -333,6 +333,12 @@ def _log_k3(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log1p(-torch.exp(torch.log1p(x) - x))
 
 
+def _constants(*logps: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The reference's or sampler's log-probs detached: constants, as the losses take them (a ref_logp that required
+    grad got the uncorrected k3's and kl_penalty's gradient, e.g. into a reference sharing the policy's weights)."""
+    return tuple(None if t is None else t.detach() for t in logps)
+
+
 def _why(other: str) -> str:
     return f"in half precision the small differences logp - {other} are lost"
 
@@ -388,9 +394,9 @@ def kl_penalty(
     (ValueError otherwise).
 
     Shapes: logp, ref_logp, mask: (B, T) -> (B, T); logp and ref_logp float32 or float64, of one dtype (half precision
-    is refused, as by the losses). `mask` (bool or 0/1): 0 at padding with a zero gradient,
-    whatever the padding holds; without it, padding must hold finite log-probs close to ref_logp (-inf there gives a
-    NaN gradient even after the output is masked, and no clamp prevents it).
+    is refused, as by the losses); ref_logp is a constant (detached). `mask` (bool or 0/1): 0 at padding with a zero
+    gradient, whatever the padding holds; without it, padding must hold finite log-probs close to ref_logp (-inf there
+    gives a NaN gradient even after the output is masked, and no clamp prevents it).
     """
     if name not in KL_PENALTY_NAMES:
         raise ValueError(f"unknown kl_penalty {name!r}; valid: {', '.join(KL_PENALTY_NAMES)}")
@@ -403,7 +409,7 @@ def kl_penalty(
         raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")
     value_clamp, log_ratio_clamp = _clamp(value_clamp, "value_clamp"), _clamp(log_ratio_clamp, "log_ratio_clamp")
     value_clamp, log_ratio_clamp = dtype_bound(value_clamp, logp.dtype), dtype_bound(log_ratio_clamp, logp.dtype)
-    logp, ref_logp = _unmasked(mask, logp, ref_logp)
+    logp, ref_logp = _unmasked(mask, logp, *_constants(ref_logp))
     lr = logp - ref_logp
     if name in ("kl", "k1"):
         return lr
