@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rpgrl.objectives import ppo_loss, rpg_loss
 from rpgrl.objectives.reduce import AGG_MODES, aggregate, aggregate_rows, masked_mean, masked_sum
 
 DT = torch.float64
@@ -136,3 +137,23 @@ def test_aggregate_counts_a_numeric_mask_exactly(mask_dtype, agg, n):
     out.backward()
     want = 1.0 if agg == "seq-mean-token-sum" else 1.0 / n
     assert per_token.grad.dtype == torch.float32 and torch.allclose(per_token.grad, torch.full((1, n), want))
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+def test_a_float64_normalizer_leaves_the_loss_in_its_dtype(agg):
+    """A 0-dim float64 tensor normalizer (a count gathered in float64) made aggregate's, rpg_loss's and ppo_loss's
+    float32 loss float64 (two 0-dim tensors promote). The loss is in per_token's dtype, its value the float64
+    quotient rounded once: reference sum / 7 in float64, then float32."""
+    g = torch.Generator().manual_seed(0)
+    lp = torch.randn(2, 3, generator=g).requires_grad_()
+    old, adv, mask = torch.randn(2, 3, generator=g), torch.randn(2, generator=g), torch.ones(2, 3)
+    n64 = torch.tensor(7.0, dtype=torch.float64)
+    rows = lp.detach().double().sum(-1) / (3 if agg == "seq-mean-token-mean" else 1)
+    want = torch.tensor(rows.sum().item() / 7.0, dtype=torch.float64).float()
+    out = aggregate(lp, mask, agg, normalizer=n64)
+    assert out.dtype == torch.float32 and out.item() == pytest.approx(want.item(), rel=1e-6)
+    rpg = dict(divergence="urkl", style="reinforce", beta=0.1, agg=agg)
+    calls = (lambda n: rpg_loss(lp, old, adv, mask, **rpg, normalizer=n),
+             lambda n: ppo_loss(lp, old, adv, mask, agg=agg, normalizer=n))  # fmt: skip
+    for got, ref in ((call(n64), call(7.0)) for call in calls):
+        assert got.loss.dtype == torch.float32 and got.loss.item() == pytest.approx(ref.loss.item(), rel=1e-6)

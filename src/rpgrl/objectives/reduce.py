@@ -103,12 +103,12 @@ def aggregate(
     keep = _keep(per_token, mask)
     if agg == "token-mean":
         n = keep.sum() if normalizer is None else normalizer
-        return masked_sum(per_token, keep) / n
+        return (masked_sum(per_token, keep) / n).to(per_token.dtype)  # a float64 normalizer: not a float64 loss
     per_seq = masked_sum(per_token, keep, dim=-1)  # (B,)
     if agg == "seq-mean-token-mean":
         per_seq = per_seq / keep.sum(-1).clamp(min=1)
     n = max(per_token.shape[0], 1) if normalizer is None else normalizer  # no response: 0, not 0 / 0
-    return per_seq.sum() / n
+    return (per_seq.sum() / n).to(per_token.dtype)
 
 
 def _check_mask(per_token: torch.Tensor, mask: torch.Tensor, empty_ok: bool) -> None:
@@ -137,7 +137,7 @@ def aggregate_rows(
     `agg` and `normalizer` are the caller's, already checked."""
     normalizer = normalizer.reshape(()) if isinstance(normalizer, torch.Tensor) else normalizer
     if agg == "token-mean":
-        return row.sum() / (mask.sum() if normalizer is None else normalizer)
+        return (row.sum() / (mask.sum() if normalizer is None else normalizer)).to(row.dtype)
     if agg == "seq-mean-token-mean":
         row = row / mask.sum(-1).clamp(min=1)  # as `aggregate`: an empty row adds 0
-    return row.sum() / (max(row.shape[0], 1) if normalizer is None else normalizer)
+    return (row.sum() / (max(row.shape[0], 1) if normalizer is None else normalizer)).to(row.dtype)
