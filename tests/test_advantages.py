@@ -300,3 +300,27 @@ def test_inputs_that_are_not_tensors_are_named(name):
 def test_unknown_estimator_lists_the_valid_names():
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'; valid: drgrpo, grpo, reinforce_pp"):
         get_advantage("gae")
+
+
+@pytest.mark.parametrize("name", ["grpo", "reinforce_pp", "reinforce_pp_baseline"])
+def test_a_spread_whose_squares_pass_float64_keeps_its_advantages(name):
+    """float64 rewards spread past ~1e154: the sum of squared deviations overflowed, so GRPO's group std and the
+    whitening's std were inf and every advantage 0 (no error). The std is taken from squares scaled by the largest
+    deviation there. Reference: the estimator's formula in mpmath at 50 digits (Bessel std, eps 1e-6 / 1e-8)."""
+    mpmath = pytest.importorskip("mpmath")
+    rewards = torch.tensor([1e200, -1e200, 3e199, 2e180, 1e180], dtype=F64)
+    group, mask = torch.tensor([0, 0, 0, 1, 1]), torch.ones(5, 2)
+    got = get_advantage(name)(rewards, group, mask)
+    with mpmath.workdps(50):
+        r = [mpmath.mpf(x) for x in rewards.tolist()]
+        groups = [[0, 1, 2], [3, 4]]
+        mean = {i: sum(r[j] for j in g) / len(g) for g in groups for i in g}
+        if name == "grpo":
+            std = {i: mpmath.sqrt(sum((r[j] - mean[i]) ** 2 for j in g) / (len(g) - 1)) for g in groups for i in g}
+            want = [float((r[i] - mean[i]) / (std[i] + mpmath.mpf("1e-6"))) for i in range(5)]
+        else:
+            v = [r[i] - (mean[i] if name.endswith("baseline") else 0) for i in range(5) for _ in range(2)]
+            mu = sum(v) / len(v)
+            sd = mpmath.sqrt(sum((x - mu) ** 2 for x in v) / (len(v) - 1) + mpmath.mpf("1e-8"))
+            want = [float((x - mu) / sd) for x in v]
+    assert got.flatten().tolist() == pytest.approx(want, rel=1e-12, abs=0.0)

@@ -7,10 +7,11 @@ Every estimator shares one signature (the `AdvantageFn` protocol):
 `group` marks responses to the same prompt (any integer ids, not necessarily contiguous); groups may have different
 sizes. Rewards are float32 or float64 (half precision is refused, as by the losses). Group statistics are computed with
 index_add (no Python loop over groups), in float64 whatever the rewards' dtype (float32 rewards of 1e20 have a variance
-float32 cannot hold), and the advantages are returned in the rewards' dtype; advantages that do not fit it raise
-ValueError. A mean is taken as the least value plus the mean of the differences to it, so equal rewards give advantages
-of exactly 0 at any magnitude (a plain float64 mean of seven copies of 6.6e10 is off by an ulp, which GRPO's division by
-a std of the same size turned into A = 0.87).
+float32 cannot hold; a spread whose squares pass float64, past ~1e154, takes its std from squares scaled by the largest
+deviation), and the advantages are returned in the rewards' dtype; advantages that do not fit it raise ValueError. A
+mean is taken as the least value plus the mean of the differences to it, so equal rewards give advantages of exactly 0
+at any magnitude (a plain float64 mean of seven copies of 6.6e10 is off by an ulp, which GRPO's division by a std of the
+same size turned into A = 0.87).
 Estimators, with exact epsilons:
 
     rpg                     A_i = R_i - mean_g(R)                         size-1 group: mean 0 (A = R)
@@ -78,6 +79,8 @@ def grpo_advantage(
     mean, var, n = _group_moments(r, group)
     spread = var > 0  # sqrt's backward at 0 is inf (x 0 = NaN): an all-equal group's std is 0 with gradient 0
     std = torch.where(n > 1, torch.where(spread, torch.where(spread, var, 1.0).sqrt(), 0.0), torch.ones_like(var))
+    inv, _ = _group_index(group, r.dtype)
+    std = torch.where(torch.isinf(var), _scaled_std(r - mean, inv, n), std)  # the squares passed float64
     return _back((r - mean) / (std + eps), rewards.dtype)
 
 
@@ -144,7 +147,24 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, *, eps: float = WHITEN_EPS)
     low = torch.where(m, v, torch.full_like(v, float("inf"))).min()
     mu = low + torch.where(m, v - low, zero).sum() / n  # shifted by the least value: equal values give exactly 0
     var = torch.where(m, (v - mu).square(), zero).sum() / (n - 1)
-    return _back(torch.where(m, (v - mu) * torch.rsqrt(var + eps), zero), values.dtype)
+    dev = torch.where(m, v - mu, zero)  # past float64's squares (|v - mu| ~ 1e154), the std from scaled ones
+    scale = torch.where(torch.isinf(var), 1.0 / _scaled_std(dev.flatten(), None, n)[0], torch.rsqrt(var + eps))
+    return _back(torch.where(m, (v - mu) * scale, zero), values.dtype)
+
+
+def _scaled_std(dev: torch.Tensor, inv: torch.Tensor | None, n: torch.Tensor) -> torch.Tensor:
+    """sqrt(sum dev^2 / (n - 1)) per sample of each group (`inv` from _group_index; None: one group), the squares
+    taken as (dev / s)^2 with s the group's largest |dev|: finite wherever the std is, where a float64 sum of squares
+    overflows past |dev| ~ 1e154 (GRPO's and the whitening's std were inf there, every advantage 0). 1 where the
+    deviations are all 0 (the callers' own std holds there), with a finite gradient. Shapes: dev, inv: (B,); n: (B,)
+    or 0-dim -> (B,)."""
+    inv = torch.zeros_like(dev, dtype=torch.long) if inv is None else inv
+    k = int(inv.max()) + 1 if inv.numel() else 0
+    top = torch.zeros(k, dtype=dev.dtype, device=dev.device).scatter_reduce(0, inv, dev.abs(), "amax")
+    s = torch.where(top > 0, top, 1.0)[inv]
+    sq = torch.zeros(k, dtype=dev.dtype, device=dev.device).index_add_(0, inv, (dev / s).square())[inv]
+    sq = sq / (n - 1).clamp(min=1)
+    return s * torch.where(sq > 0, sq, 1.0).sqrt()
 
 
 def _back(adv: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
