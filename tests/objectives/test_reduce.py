@@ -157,3 +157,19 @@ def test_a_float64_normalizer_leaves_the_loss_in_its_dtype(agg):
              lambda n: ppo_loss(lp, old, adv, mask, agg=agg, normalizer=n))  # fmt: skip
     for got, ref in ((call(n64), call(7.0)) for call in calls):
         assert got.loss.dtype == torch.float32 and got.loss.item() == pytest.approx(ref.loss.item(), rel=1e-6)
+
+
+def test_a_normalizer_that_requires_grad_is_refused():
+    """A normalizer tensor that required grad (a count computed from a differentiable tensor) took the loss's
+    gradient, -loss / N per unit of N, where every option tensor that requires grad is refused (`options.scalar`).
+    One line for aggregate and the losses; its detached value gives the loss of the plain count (reference 6 / 4)."""
+    n = torch.tensor(4.0, requires_grad=True)
+    mask, lp = torch.ones(2, 3), torch.ones(2, 3, requires_grad=True)
+    calls = (lambda m: aggregate(lp, mask, normalizer=m),
+             lambda m: rpg_loss(lp, lp.detach(), torch.ones(2), mask, divergence="urkl", style="reinforce", beta=0.1,
+                                normalizer=m).loss,
+             lambda m: ppo_loss(lp, lp.detach(), torch.ones(2), mask, normalizer=m).loss)  # fmt: skip
+    for call in calls:
+        with pytest.raises(ValueError, match="^normalizer must be a constant count, got a tensor that requires grad"):
+            call(n)
+    assert aggregate(lp, mask, normalizer=n.detach()).item() == 6 / 4

@@ -47,7 +47,8 @@ global count / the data-parallel size, below 1 when a batch has fewer tokens tha
 def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.Tensor | None:
     """ValueError unless `normalizer` is None or one finite number >= MIN_NORMALIZER (a zero, negative or NaN count
     would silently give an inf, sign-flipped or NaN loss, and a tiny one multiplies every gradient: at 1e-39 a loss
-    of 0 came with infinite gradients). A tensor costs one host sync. Returns it, a numpy scalar or 0-dim array as
+    of 0 came with infinite gradients), and a constant (a tensor that requires grad is refused). A tensor costs one
+    host sync. Returns it, a numpy scalar or 0-dim array as
     Python's number, a Fraction as its float."""
     if normalizer is None:
         return None
@@ -56,6 +57,8 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.T
     if isinstance(normalizer, torch.Tensor):
         if normalizer.is_meta:
             raise ValueError("normalizer is a meta tensor (no value): pass the count as a number")
+        if normalizer.requires_grad:  # the loss's gradient reached it (options.scalar refuses such an option)
+            raise ValueError("normalizer must be a constant count, got a tensor that requires grad: detach it")
         if normalizer.numel() != 1:
             raise ValueError(f"normalizer must be one number, got a tensor of shape {tuple(normalizer.shape)}")
         if normalizer.dtype == torch.bool or normalizer.is_complex():  # True counted as 1; complex has no >=
