@@ -41,7 +41,7 @@ class RecordingTrainer(RPGTrainer):
         return super()._compute_loss(model, inputs)
 
 
-def make_trainer(tmp_path, *, seed=0, **overrides):
+def make_trainer(tmp_path, *, seed=0, reward_funcs=count_ones, **overrides):
     tok = build_char_tokenizer("0123456789+=")
     model = build_tiny_model(tok, hidden=32, layers=2, heads=2, kv_heads=1, ffn=64, seed=seed)
     settings = dict(
@@ -69,7 +69,7 @@ def make_trainer(tmp_path, *, seed=0, **overrides):
     settings.update(overrides)
     args = RPGConfig(**settings)
     trainer = RecordingTrainer(
-        model, count_ones, args=args, train_dataset=datasets.Dataset.from_dict({"prompt": PROMPTS * 4}),
+        model, reward_funcs, args=args, train_dataset=datasets.Dataset.from_dict({"prompt": PROMPTS * 4}),
         processing_class=tok,
     )  # fmt: skip
     trainer.seen = []
@@ -399,6 +399,25 @@ def test_clip_none_from_the_command_line(tmp_path):
                 "--per_device_train_batch_size", "8"]  # fmt: skip
         (args,) = HfArgumentParser(RPGConfig).parse_args_into_dataclasses(argv)
         assert args.clip is None and args.options().clip is None
+
+
+def huge_reward(completions, **kwargs):
+    """1e39 for the third completion: past float32's range, so inf in TRL's reward tensor."""
+    return [1e39 if i == 2 else 0.0 for i in range(len(completions))]
+
+
+def test_an_infinite_reward_is_named(tmp_path):
+    """A reward function's inf (or 1e39, inf in float32) became an advantage of -+3.4e38 under TRL's nan_to_num, and
+    the step failed with rpg_loss's overflow blaming "a ratio, beta or an advantage" (|A| up to 3.40282e+38): the
+    function and the completion are named, in one line, before any update."""
+    trainer = make_trainer(tmp_path, max_steps=1, reward_funcs=[count_ones, huge_reward])
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(ValueError) as info:
+        trainer.train()
+    message = str(info.value)
+    assert message.startswith("RPGTrainer: reward function 'huge_reward' gave inf for completion 2 of the generation")
+    assert "\n" not in message and "1 infinite in all" in message
+    assert all(torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True))
 
 
 def test_rpg_trainer_needs_rpg_config(tmp_path):

@@ -25,7 +25,8 @@ TRL options that act inside GRPO's `_compute_loss` (entropy bonus, entropy maski
 filters (top-k, top-p, min-p, repetition penalty, distribution-changing `generation_kwargs`) unless vLLM's
 importance-sampling correction accounts for them: TRL's pi_old log-probs see the temperature only, and RPG's anchor
 and importance weights need the sampler's. vLLM's importance-sampling correction multiplies the per-token loss, as
-TRL does. A Mixture-of-Experts model's router load-balancing loss is added as GRPOTrainer adds it.
+TRL does. A Mixture-of-Experts model's router load-balancing loss is added as GRPOTrainer adds it. An infinite
+reward is refused in one line naming its function (TRL would make it an advantage of +-3.4e38).
 """
 
 from __future__ import annotations
@@ -218,6 +219,22 @@ class RPGTrainer(GRPOTrainer):
         if not isinstance(args, RPGConfig):
             raise TypeError(f"RPGTrainer needs args=RPGConfig(...), got {type(args).__name__}")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards (completions x reward functions, gathered over processes), refused in one line naming the
+        function where one is infinite (a float32 reward past 3.4e38 is): TRL's advantage then turns it into
+        +-3.4e38 (`nan_to_num`), which rpg_loss refused as an overflow of "a ratio, beta or an advantage". Every
+        process sees the gathered rewards, so all raise alike. None and NaN stay TRL's "not applicable"."""
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        bad = torch.isinf(rewards)
+        if bool(bad.any()):
+            row, col = bad.nonzero()[0].tolist()
+            raise ValueError(
+                f"RPGTrainer: reward function {self.reward_func_names[col]!r} gave {rewards[row, col].item()} for "
+                f"completion {row} of the generation batch ({int(bad.sum())} infinite in all; a value past float32's "
+                "range counts as inf): rewards must be finite numbers, or None where the function does not apply"
+            )
+        return rewards
 
     def _normalizer(self, inputs: dict[str, Any], batch_size: int) -> torch.Tensor | float:
         """Global count for `aggregate` so that micro-batch losses add up over the accumulation window and DDP's
