@@ -3,6 +3,7 @@ from the records."""
 
 import json
 import os
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -153,6 +154,7 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
         records["high" if cfg["loss"]["eps_high"] == 0.28 else "low"] = rec
         assert not (d / "run" / "checkpoints").exists() and not (d / "run" / "model").exists()
         assert 0 <= rec["sampled"] <= 1 and rec["steps"] == 2 and rec["seed"] == 0 and rec["trained"] == 2 * 8
+        assert rec["run"] == d.name  # which run it is the result of (a copy in another run's folder is refused)
         assert rec["env"]["workers"] == 1 and rec["env"]["torch"] == torch.__version__  # where it ran
         assert cfg["model"]["path"].endswith("-s0/model")  # RL starts from the seed's warm start
     assert records["low"]["start"] == records["high"]["start"]  # the same warm start
@@ -369,6 +371,29 @@ def _refused(capsys, argv, needle):
     assert rpgrl_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and needle in err, err
+
+
+def test_no_run_names_a_record_it_cannot_use(tmp_path, capsys):
+    """--no-run left a record.json cut short out of the report without a word (the arm had a seed fewer), and took
+    one copied from another seed's run as this one's: each is named in one line and left out."""
+    suite = tmp_path / "suite"
+    _cached_suite(suite, "token-vs-sequence", [0, 1, 2])
+    base, warm = base_config(QUICK), reproduce_cli.warm_start_config(QUICK)
+    arms = CLAIMS["token-vs-sequence"].arms
+    token, sequence, sequence2 = (run_dir(suite, Job(a.config(base), s, config_key(warm, s)))
+                                  for a, s in ((arms[0], 1), (arms[1], 1), (arms[1], 2)))  # fmt: skip
+    (token / "record.json").write_text('{"start": 0.4, "fin')  # cut short
+    shutil.copyfile(sequence2 / "record.json", sequence / "record.json")  # seed 2's result in seed 1's run
+    argv = ["reproduce", "token-vs-sequence", "--quick", "--seeds", "3", "--out", str(suite), "--no-run"]
+    capsys.readouterr()
+    assert rpgrl_main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2, err
+    for line, path, why in ((err[0], token, "does not read as JSON"), (err[1], sequence, "records seed 2")):
+        assert line.startswith(f"rpgrl reproduce: {path / 'record.json'} cannot be used (") and why in line, line
+        assert line.endswith("not read; run without --no-run to run it again")
+    arms = json.loads((suite / "results.json").read_text())["claims"]["token-vs-sequence"]["arms"]
+    assert [a["seeds"] for a in arms] == [[0, 2], [0, 2]]
 
 
 def test_report_overwrites_only_an_earlier_report_and_its_plots(capsys, tmp_path):

@@ -267,6 +267,40 @@ def test_a_record_that_is_not_a_json_object_is_missing(tmp_path, content):
     assert records[path.name]["seed"] == 1 and cached_record(path)["seed"] == 1
 
 
+def _good(seed: int) -> dict:
+    return {"seed": seed, "start": 0.5, "final": 0.5, "wall_seconds": 0.0}  # as _fake_run records it
+
+
+_UNUSABLE = {  # seed -> (its record.json, the reason named)
+    0: (b'{"seed": 0, "start": 0.25, "fin', "does not read as JSON: JSONDecodeError: "),  # cut short
+    1: (b"[]", "it holds a JSON list, not a run's record"),
+    2: ({**_good(4), "final": 0.9}, "it records seed 4, not this run's"),  # another seed's record
+    3: ({**_good(3), "run": "0123456789ab-s3", "final": 0.9}, "it is the record of run '0123456789ab-s3', not of"),
+    4: ({"seed": 4, "start": 0.5}, "it has no 'final'"),
+    5: ({**_good(5), "final": "0.9"}, "its 'final' is '0.9', not a number"),
+}
+
+
+def test_an_unusable_record_is_named_in_one_line_and_run_again(tmp_path, capsys):
+    """A record.json cut short or edited was run again without a word, and one copied from another run (another
+    arm's or seed's: the results of other settings) was used as this run's result, or raised in the report. Each is
+    named in one line and its run starts again."""
+    for seed, (record, _) in _UNUSABLE.items():
+        path = run_dir(tmp_path, _jobs([seed])[0])
+        path.mkdir(parents=True)
+        (path / "record.json").write_bytes(record if isinstance(record, bytes) else json.dumps(record).encode())
+        assert cached_record(path) is None
+    capsys.readouterr()
+    records = _suite(tmp_path, list(_UNUSABLE))
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == len(_UNUSABLE), err
+    for line, (seed, (_, why)) in zip(err, _UNUSABLE.items(), strict=True):
+        path = run_dir(tmp_path, _jobs([seed])[0])
+        assert line.startswith(f"rpgrl reproduce: {path / 'record.json'} cannot be used (") and why in line, line
+        assert line.endswith("): the run starts again")
+        assert records[path.name] == cached_record(path) == _good(seed)
+
+
 def test_a_diverged_run_scores_zero(tmp_path):
     evals = [{"step": 0, "eval/accuracy": 0.4}, {"step": 10, "eval/accuracy": 0.6, "eval/sampled_accuracy": 0.5}]
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))

@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from rpgrl.reproduce.report import (
     config_changes,
     plot_claim,
 )
-from rpgrl.reproduce.runner import Job, cached_record, config_key, run_all, run_dir, run_environment
+from rpgrl.reproduce.runner import Job, config_key, read_record, run_all, run_dir, run_environment
 from rpgrl.reproduce.stats import MIN_SEEDS
 
 MAX_SEEDS = 1000
@@ -171,10 +172,15 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
 
         run_all(out, warm, [j for _, _, j in plan], workers=jobs, commit=_commit(), on_done=progress)
     runs: dict[str, dict[str, dict[int, dict]]] = {}
+    named = set()
     for name, arm, job in plan:
-        rec = cached_record(run_dir(out, job))
+        rec, why = read_record(run_dir(out, job))
         if rec is not None:
             runs.setdefault(name, {}).setdefault(arm, {})[job.seed] = rec
+        elif why is not None and not run and job.key not in named:  # (a run names it and runs it again)
+            named.add(job.key)
+            print(f"rpgrl reproduce: {run_dir(out, job) / 'record.json'} cannot be used ({why}): not read; run "
+                  "without --no-run to run it again", file=sys.stderr)  # fmt: skip
     earlier = None if run else _stored_records(out, claims, base, scale, seeds, runs)
     if not run and not runs:  # a mistyped --out would otherwise overwrite a report with an empty one
         raise UsageError(f"--no-run: no finished run of these claims is cached under {out}; check --out, or run "

@@ -5,7 +5,8 @@ Layout under the suite directory `out`:
                                 that seed starts RL from its model/, so arms are paired by seed
     runs/<key>-s<seed>/         one RL run: config.json, metrics.jsonl, eval.jsonl, summary.json, log.txt and
                                 record.json (what the report reads), written last: a directory without it is an
-                                unfinished run and is started again
+                                unfinished run and is started again; one whose record.json is not this run's record
+                                (cut short, edited, copied from another run) is named in one line and started again
 The key hashes the resolved config (with the warm start's key in place of its path) and `SUITE_VERSION`, so arms of
 different claims that resolve to the same config share runs, a changed arm reruns, and an interrupted suite
 continues where it stopped. Checkpoints and the exported model are deleted once a record is written.
@@ -91,13 +92,51 @@ def run_dir(out: Path, job: Job) -> Path:
 
 
 def cached_record(path: Path) -> dict | None:
-    """The run's record, or None when it has none usable (missing, unreadable, not UTF-8, not JSON, not a JSON
-    object): such a run is started again, never a traceback in the suite or the report."""
+    """The run's record, or None when it has none usable (`read_record`): such a run is started again, never a
+    traceback in the suite or the report."""
+    return read_record(path)[0]
+
+
+def read_record(path: Path) -> tuple[dict | None, str | None]:
+    """(the record of the run in `path`, None); (None, None) when it has no record.json (an unfinished run); (None,
+    why) when its record.json is no usable record of this run: unreadable, not UTF-8 or not JSON (cut short,
+    edited), not a JSON object, another run's (`_record_problem`). The suite names such a file in one line and runs
+    it again (`run_all`); `--no-run` names it and leaves it out."""
     try:
         record = json.loads((path / "record.json").read_bytes())
-    except (OSError, ValueError, RecursionError):  # ValueError: JSONDecodeError and UnicodeDecodeError
-        return None
-    return record if isinstance(record, dict) else None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError and UnicodeDecodeError
+        return None, f"it does not read as JSON: {type(e).__name__}: {first_line(e)}"
+    why = _record_problem(record, path.name)
+    return (None, why) if why else (record, None)
+
+
+RECORD_NUMBERS = ("start", "final", "best", "sampled", "entropy", "reward", "length", "max_log_w", "wall_seconds")
+"""a record's fields the report takes as numbers (null where there is none)"""
+
+
+def _record_problem(record: Any, name: str) -> str | None:
+    """Why `record` is not the finished record of the run directory `name` (`<key>-s<seed>`); None if it is. A
+    record names its run (`run`, since records kept it) and its seed: one copied from another run, another arm or
+    another seed, is not this run's result."""
+    if not isinstance(record, dict):
+        return f"it holds a JSON {type(record).__name__}, not a run's record"
+    if record.get("run", name) != name:
+        return f"it is the record of run {record['run']!r}, not of {name}"
+    seed = record.get("seed")
+    if type(seed) is not int or f"-s{seed}" != name[name.rfind("-s") :]:
+        return f"it records seed {seed!r}, not this run's ({name})"
+    for key in ("start", "final"):
+        if key not in record:
+            return f"it has no {key!r}"
+    for key in RECORD_NUMBERS:
+        value = record.get(key)
+        if value is not None and (type(value) not in (int, float)):
+            return f"its {key!r} is {value!r}, not a number"
+    if not isinstance(record.get("curves", {}), dict):
+        return "its 'curves' are not a JSON object"
+    return None
 
 
 class RunFailed(RuntimeError):
@@ -147,6 +186,10 @@ def run_all(
         records = _records(out, unique)  # again under the lock: a suite that just ended may have added some
         todo_warm = _missing_warm(out, warm_cfg, unique)
         todo = [j for j in unique if run_dir(out, j).name not in records]
+        for j in todo:  # a record.json that cannot be used: named, and the run starts again (never silently)
+            why = read_record(run_dir(out, j))[1]
+            if why is not None:
+                _say(f"rpgrl reproduce: {run_dir(out, j) / 'record.json'} cannot be used ({why}): the run starts again")
         pool = _Workers(workers)
         try:
             wcfg = config_to_dict(warm_cfg)
@@ -420,7 +463,7 @@ def _run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val
             traceback.print_exc()  # the suite stops with its first line; the log keeps the whole
             raise
     record = summarize_run(out / "run", error)
-    record.update(seed=seed, wall_seconds=time.perf_counter() - t, commit=commit, env=run_environment())
+    record.update(run=out.name, seed=seed, wall_seconds=time.perf_counter() - t, commit=commit, env=run_environment())
     if val_samples and error is None:
         record["sampled"] = final_sampled_accuracy(cfg, out / "run" / "model", val_samples)
     for sub in ("checkpoints", "model"):
