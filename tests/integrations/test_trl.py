@@ -244,6 +244,10 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         # GDPO's normalisation ignores scale_rewards: the advantage was silently not R - group mean
         ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum"),
         ({"epsilon_high": "high"}, "epsilon_high must be a number or none"),
+        # GRPOConfig takes them: 0 iterations trained nothing (exit 0), a misspelt scale failed after generating
+        ({"num_iterations": 0}, r"^RPGConfig: num_iterations must be an integer >= 1 .*, got 0$"),
+        ({"num_iterations": -2}, "num_iterations must be an integer >= 1"),
+        ({"scale_rewards": "gruop"}, r"^RPGConfig: scale_rewards must be 'none' .*, got 'gruop'$"),
     ],
 )
 def test_bad_configs_are_refused(tmp_path, overrides, match):

@@ -95,6 +95,7 @@ class RPGConfig(GRPOConfig):
         for name in ("epsilon_high", "kl_value_clamp", "max_log_w"):
             setattr(self, name, _float_or_none(name, getattr(self, name)))
         super().__post_init__()
+        _check_trl_values(self)
         self.clip = none_word(self.clip)  # `--clip none` on TRL's command line
         if self.beta != 0.0:
             raise ValueError(
@@ -198,6 +199,19 @@ def _sampling_filters(config: RPGConfig) -> list[str]:
         if not neutral:
             found.append(f"generation_kwargs[{key!r}]")
     return found
+
+
+def _check_trl_values(config: RPGConfig) -> None:
+    """Values GRPOConfig takes that RPGTrainer would not train with: `num_iterations` below 1 trained nothing (no
+    step, exit 0), and an unknown `scale_rewards` failed only after the model was loaded and a batch generated."""
+    n = config.num_iterations
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"RPGConfig: num_iterations must be an integer >= 1 (updates per generated batch), got {n!r}")
+    if config.scale_rewards not in ("none", "group", "batch"):
+        raise ValueError(
+            f"RPGConfig: scale_rewards must be 'none' (RPG's R - group mean), 'group' or 'batch', got "
+            f"{config.scale_rewards!r}"
+        )
 
 
 def _float_or_none(name: str, value: Any) -> float | None:
