@@ -1,6 +1,7 @@
 """The suite's machinery on tiny runs: claims resolve, runs are cached by config and seed, the report is generated
 from the records."""
 
+import errno
 import json
 import os
 import shutil
@@ -394,6 +395,28 @@ def test_no_run_names_a_record_it_cannot_use(tmp_path, capsys):
         assert line.endswith("not read; run without --no-run to run it again")
     arms = json.loads((suite / "results.json").read_text())["claims"]["token-vs-sequence"]["arms"]
     assert [a["seeds"] for a in arms] == [[0, 2], [0, 2]]
+
+
+def test_a_full_disk_at_the_report_is_one_line(tmp_path, capsys, monkeypatch):
+    """results.json or the report failing for want of space was a traceback (exit 1): one line, exit 2, the
+    records kept and the earlier results.json as it was."""
+    from rpgrl.trainer import checkpoint
+
+    suite = tmp_path / "suite"
+    _cached_suite(suite, "token-vs-sequence", [0])
+    (suite / "results.json").write_text("{}\n")
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(checkpoint, "write_text_atomic", full)
+    capsys.readouterr()
+    argv = ["reproduce", "token-vs-sequence", "--quick", "--seeds", "1", "--out", str(suite), "--no-run"]
+    assert rpgrl_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert err.startswith(f"rpgrl reproduce: error: cannot write the results ({suite / 'results.json'}): No space")
+    assert (suite / "results.json").read_text() == "{}\n" and len(list(suite.glob("runs/*/record.json"))) == 2
 
 
 def test_report_overwrites_only_an_earlier_report_and_its_plots(capsys, tmp_path):

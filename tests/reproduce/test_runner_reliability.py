@@ -10,6 +10,7 @@ from SLOW it sleeps SLOW_SECONDS, from FAIL it raises at once."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -61,6 +62,10 @@ def _fake_run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str
     (out / "record.json.tmp").write_text(json.dumps(record))
     (out / "record.json.tmp").replace(out / "record.json")
     return record
+
+
+def _full_disk_run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str, val_samples: int) -> dict:
+    raise OSError(errno.ENOSPC, "No space left on device", str(Path(path) / "log.txt"))
 
 
 def _jobs(seeds: list[int]) -> list[Job]:
@@ -299,6 +304,16 @@ def test_an_unusable_record_is_named_in_one_line_and_run_again(tmp_path, capsys)
         assert line.startswith(f"rpgrl reproduce: {path / 'record.json'} cannot be used (") and why in line, line
         assert line.endswith("): the run starts again")
         assert records[path.name] == cached_record(path) == _good(seed)
+
+
+def test_a_full_disk_is_one_line_not_a_bug(tmp_path):
+    """A run that cannot write for want of space (its log's last flush, its record) failed as RunFailed, a bug's
+    error with the worker's traceback (exit 1): it is the folder the user chose, one line and exit 2."""
+    with pytest.raises(UsageError) as info:
+        run_all(tmp_path, WARM, _jobs([1]), workers=1, run_fn=_full_disk_run, warm_fn=_fake_warm)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"run {run_dir(tmp_path, _jobs([1])[0])} failed: cannot write ")
+    assert "log.txt: No space left on device; finished runs are kept" in message
 
 
 def test_a_diverged_run_scores_zero(tmp_path):

@@ -11,6 +11,7 @@ is `rpgrl reproduce all --report docs/results.md` on the full scale.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from rpgrl.reproduce.report import (
     config_changes,
     plot_claim,
 )
-from rpgrl.reproduce.runner import Job, config_key, read_record, run_all, run_dir, run_environment
+from rpgrl.reproduce.runner import FULL_DISK_ERRNOS, Job, config_key, read_record, run_all, run_dir, run_environment
 from rpgrl.reproduce.stats import MIN_SEEDS
 
 MAX_SEEDS = 1000
@@ -199,16 +200,32 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
     # Holm's family: the suite's comparisons, its stored claims' too; not those of a claim it no longer has (kept)
     suite = {n: r for n, r in saved["claims"].items() if n in CLAIMS}
     add_multiplicity(suite)
-    out.mkdir(parents=True, exist_ok=True)
-    kept = None if stored else _keep_other_suite(out)
-    write_text_atomic(out / "results.json", json.dumps(json_safe(saved), indent=1, allow_nan=False) + "\n")
-    if kept is not None:
-        print(f"{out / 'results.json'} held another suite (another scale or seeds, or unreadable): kept as {kept}")
-    write_report(results, report, len(seeds), suite=suite)
+    with _full_disk_is_usage(out):
+        out.mkdir(parents=True, exist_ok=True)
+        kept = None if stored else _keep_other_suite(out)
+        write_text_atomic(out / "results.json", json.dumps(json_safe(saved), indent=1, allow_nan=False) + "\n")
+        if kept is not None:
+            print(f"{out / 'results.json'} held another suite (another scale or seeds, or unreadable): kept as {kept}")
+        write_report(results, report, len(seeds), suite=suite)
     print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
     for n, r in results["claims"].items():
         print(f"  {n}: {r['verdict']}{'' if r['complete'] else ' (incomplete)'}")
     return results
+
+
+@contextlib.contextmanager
+def _full_disk_is_usage(out: Path):
+    """A full disk (or quota) while the results and the report are written: one line (exit 2), not a traceback; each
+    file is replaced whole or left as it was, and every run's record stays in the cache."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in FULL_DISK_ERRNOS:
+            raise
+        where = f" ({e.filename})" if e.filename else ""
+        message = (f"cannot write the results{where}: {e.strerror}; the runs' records are kept in {out / 'runs'}: "
+                   "free some space, then the same command again writes them")  # fmt: skip
+        raise UsageError(message) from None
 
 
 def write_report(results: dict, report: Path, n_seeds: int, suite: dict | None = None) -> None:

@@ -25,6 +25,7 @@ now owns.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -137,6 +138,10 @@ def _record_problem(record: Any, name: str) -> str | None:
     if not isinstance(record.get("curves", {}), dict):
         return "its 'curves' are not a JSON object"
     return None
+
+
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""a write failed for want of space: the suite's folder is full, which the user fixes (one line, exit 2)"""
 
 
 class RunFailed(RuntimeError):
@@ -257,16 +262,19 @@ def _gather(futures: dict[Future, Any], what: Callable[[Future], str], done: Cal
 
 
 def _failure(what: str, e: BaseException) -> Exception:
-    """The one-line error of a failed run or warm start: UsageError if the run's was one (exit 2, one line), else
-    RunFailed (raised from `e`, which carries the worker's traceback)."""
+    """The one-line error of a failed run or warm start: UsageError if the run's was one or a full disk's (exit 2,
+    one line), else RunFailed (raised from `e`, which carries the worker's traceback)."""
     from concurrent.futures.process import BrokenProcessPool
 
+    full = isinstance(e, OSError) and e.errno in FULL_DISK_ERRNOS  # no bug: the place the user chose is full
     if isinstance(e, BrokenProcessPool):
         reason = "its worker process died (killed from outside, or out of memory)"
+    elif full:
+        reason = f"cannot write{f' {e.filename}' if e.filename else ''}: {e.strerror}"
     else:
         reason = first_line(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {first_line(e)}"
     message = f"{what} failed: {reason}; finished runs are kept (the same command again continues)"
-    return UsageError(message) if isinstance(e, UsageError) else RunFailed(message)
+    return UsageError(message) if isinstance(e, UsageError) or full else RunFailed(message)
 
 
 def _say(line: str) -> None:
