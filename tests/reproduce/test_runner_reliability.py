@@ -246,6 +246,20 @@ def test_workers_exit_when_the_suite_is_killed(tmp_path):
     assert len(list(tmp_path.glob("runs/*/record.json"))) == 1
 
 
+def test_runs_all_cached_need_no_warm_start(tmp_path):
+    """Every run cached and the warm starts deleted (to save space, or a copied runs/ folder): the suite made each
+    seed's warm start again (the default's 300 supervised steps a seed) and ran nothing from it. Only a seed with a
+    run to do gets one."""
+    from rpgrl.reproduce.runner import warm_dir
+
+    records = _suite(tmp_path, [1, 2])
+    shutil.rmtree(tmp_path / "warmstart")
+    assert _suite(tmp_path, [1, 2]) == records and not (tmp_path / "warmstart").exists()
+    (run_dir(tmp_path, _jobs([2])[0]) / "record.json").unlink()
+    _suite(tmp_path, [1, 2])
+    assert [p.name for p in (tmp_path / "warmstart").iterdir()] == [warm_dir(tmp_path, WARM, 2).name]
+
+
 def test_a_warm_start_whose_model_was_deleted_is_made_again(tmp_path):
     """Its summary.json alone marked a warm start done: with its model deleted every run of the seed failed, and
     the same command again failed the same way."""

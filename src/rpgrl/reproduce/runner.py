@@ -171,7 +171,8 @@ def run_all(
     run_fn: Callable[..., dict] | None = None,
     warm_fn: Callable[..., None] | None = None,
 ) -> dict[str, dict]:
-    """Make sure every job has a record (warm starts first); returns {run directory name: record}.
+    """Make sure every job has a record (the warm starts of the seeds with a run to do first); returns {run directory
+    name: record}.
 
     Holds the suite's lock, `RunLock(out)`, while it runs anything: a second suite on `out` is refused (UsageError
     naming the holder's PID) before it changes a file, so two suites never delete each other's runs. The first failed
@@ -185,12 +186,12 @@ def run_all(
     run_fn, warm_fn = run_fn or _run, warm_fn or _warm_start
     unique = _unique(jobs)
     records = _records(out, unique)
-    if len(records) == len(unique) and not _missing_warm(out, warm_cfg, unique):
-        return records  # all cached: nothing runs, nothing to lock
+    if len(records) == len(unique):
+        return records  # all cached: nothing runs (no warm start either: only a run to do needs its seed's)
     with RunLock(out), _StopOnSignals() as signals:
         records = _records(out, unique)  # again under the lock: a suite that just ended may have added some
-        todo_warm = _missing_warm(out, warm_cfg, unique)
         todo = [j for j in unique if run_dir(out, j).name not in records]
+        todo_warm = _missing_warm(out, warm_cfg, todo)
         for j in todo:  # a record.json that cannot be used: named, and the run starts again (never silently)
             why = read_record(run_dir(out, j))[1]
             if why is not None:
