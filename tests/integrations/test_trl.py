@@ -248,6 +248,9 @@ def test_a_masked_completion_counts_in_the_sequence_mean_as_in_trl(trained, agg,
         ({"num_iterations": 0}, r"^RPGConfig: num_iterations must be an integer >= 1 .*, got 0$"),
         ({"num_iterations": -2}, "num_iterations must be an integer >= 1"),
         ({"scale_rewards": "gruop"}, r"^RPGConfig: scale_rewards must be 'none' .*, got 'gruop'$"),
+        # a NaN weight made every reward 0 under TRL's nansum (nothing trained); inf, an advantage of -+3.4e38
+        ({"reward_weights": [1.0, float("nan")]}, r"^RPGConfig: reward_weights must be finite numbers, got nan$"),
+        ({"reward_weights": [float("inf")]}, "reward_weights must be finite numbers, got inf"),
     ],
 )
 def test_bad_configs_are_refused(tmp_path, overrides, match):

@@ -32,6 +32,7 @@ reward is refused in one line naming its function (TRL would make it an advantag
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,10 +204,15 @@ def _sampling_filters(config: RPGConfig) -> list[str]:
 
 def _check_trl_values(config: RPGConfig) -> None:
     """Values GRPOConfig takes that RPGTrainer would not train with: `num_iterations` below 1 trained nothing (no
-    step, exit 0), and an unknown `scale_rewards` failed only after the model was loaded and a batch generated."""
+    step, exit 0), an unknown `scale_rewards` failed only after the model was loaded and a batch generated, and a
+    NaN reward weight made every reward 0 (TRL's nansum; nothing trained) and an infinite one an advantage of
+    +-3.4e38."""
     n = config.num_iterations
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"RPGConfig: num_iterations must be an integer >= 1 (updates per generated batch), got {n!r}")
+    bad = [w for w in config.reward_weights or [] if not (isinstance(w, (int, float)) and math.isfinite(w))]
+    if bad:
+        raise ValueError(f"RPGConfig: reward_weights must be finite numbers, got {bad[0]!r}")
     if config.scale_rewards not in ("none", "group", "batch"):
         raise ValueError(
             f"RPGConfig: scale_rewards must be 'none' (RPG's R - group mean), 'group' or 'batch', got "
