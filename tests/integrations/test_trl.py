@@ -427,6 +427,18 @@ def test_an_infinite_reward_is_named(tmp_path):
     assert all(torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True))
 
 
+def test_a_weighted_reward_sum_past_float32_is_named(tmp_path):
+    """Finite rewards whose weighted sum (TRL's reward) leaves float32 (a weight 1e30 on a reward 1e10) failed as
+    rpg_loss's overflow, as an infinite reward did: the completion is named, before any update."""
+
+    def large(completions, **kwargs):
+        return [1e10 if i == 3 else 0.0 for i in range(len(completions))]
+
+    trainer = make_trainer(tmp_path, max_steps=1, reward_funcs=[count_ones, large], reward_weights=[1.0, 1e30])
+    with pytest.raises(ValueError, match=r"^RPGTrainer: the weighted sum of the rewards of completion 3 \(reward_"):
+        trainer.train()
+
+
 def test_rpg_trainer_needs_rpg_config(tmp_path):
     tok = build_char_tokenizer("0123456789+=")
     model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=32)

@@ -242,9 +242,10 @@ class RPGTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards (completions x reward functions, gathered over processes), refused in one line naming the
-        function where one is infinite (a float32 reward past 3.4e38 is): TRL's advantage then turns it into
-        +-3.4e38 (`nan_to_num`), which rpg_loss refused as an overflow of "a ratio, beta or an advantage". Every
-        process sees the gathered rewards, so all raise alike. None and NaN stay TRL's "not applicable"."""
+        function where one is infinite (a float32 reward past 3.4e38 is), or naming the completion where their
+        weighted sum (TRL's reward) is: TRL's advantage then turns it into +-3.4e38 (`nan_to_num`), which rpg_loss
+        refused as an overflow of "a ratio, beta or an advantage". Every process sees the gathered rewards, so all
+        raise alike. None and NaN stay TRL's "not applicable"."""
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         bad = torch.isinf(rewards)
         if bool(bad.any()):
@@ -254,6 +255,14 @@ class RPGTrainer(GRPOTrainer):
                 f"completion {row} of the generation batch ({int(bad.sum())} infinite in all; a value past float32's "
                 "range counts as inf): rewards must be finite numbers, or None where the function does not apply"
             )
+        if self.multi_objective_aggregation == "sum_then_normalize":  # TRL's reward: the weighted sum, in float32
+            total = (rewards.nan_to_num(0.0) * self.reward_weights.to(rewards.device)).sum(1)
+            if not bool(torch.isfinite(total).all()):
+                row = int((~torch.isfinite(total)).nonzero()[0, 0])
+                raise ValueError(
+                    f"RPGTrainer: the weighted sum of the rewards of completion {row} (reward_weights x rewards) "
+                    "overflows float32: scale the rewards or reward_weights down"
+                )
         return rewards
 
     def _normalizer(self, inputs: dict[str, Any], batch_size: int) -> torch.Tensor | float:
