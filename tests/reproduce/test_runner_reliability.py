@@ -57,7 +57,7 @@ def _fake_run(cfg_dict: dict, seed: int, path: str, warm_model: str, commit: str
     _write_pid(out)
     if seed >= FAIL:
         raise RuntimeError(f"boom in seed {seed}\nsecond line of the message")
-    time.sleep(SLOW_SECONDS if seed >= SLOW else 0.1 * (5 - seed))
+    time.sleep(SLOW_SECONDS if seed >= SLOW else max(0.0, 0.1 * (5 - seed)))
     record = {"seed": seed, "start": 0.5, "final": 0.5, "wall_seconds": 0.0}
     (out / "record.json.tmp").write_text(json.dumps(record))
     (out / "record.json.tmp").replace(out / "record.json")
@@ -297,6 +297,7 @@ _UNUSABLE = {  # seed -> (its record.json, the reason named)
     3: ({**_good(3), "run": "0123456789ab-s3", "final": 0.9}, "it is the record of run '0123456789ab-s3', not of"),
     4: ({"seed": 4, "start": 0.5}, "it has no 'final'"),
     5: ({**_good(5), "final": "0.9"}, "its 'final' is '0.9', not a number"),
+    6: ({**_good(6), "curves": {"reward": [0.1]}}, "its 'curves' are not the report's"),
 }
 
 

@@ -113,6 +113,8 @@ def read_record(path: Path) -> tuple[dict | None, str | None]:
     return (None, why) if why else (record, None)
 
 
+CURVES = ("reward", "entropy", "length")
+"""a record's per-step curves (`summarize_run`), which the report averages over seeds"""
 RECORD_NUMBERS = ("start", "final", "best", "sampled", "entropy", "reward", "length", "max_log_w", "wall_seconds")
 """a record's fields the report takes as numbers (null where there is none)"""
 
@@ -135,8 +137,9 @@ def _record_problem(record: Any, name: str) -> str | None:
         value = record.get(key)
         if value is not None and (type(value) not in (int, float)):
             return f"its {key!r} is {value!r}, not a number"
-    if not isinstance(record.get("curves", {}), dict):
-        return "its 'curves' are not a JSON object"
+    curves = record.get("curves") or {}  # none: the report leaves the run out of the mean curves
+    if not isinstance(curves, dict) or (curves and not all(isinstance(curves.get(k), list) for k in CURVES)):
+        return "its 'curves' are not the report's (an object of lists: reward, entropy, length)"
     return None
 
 
