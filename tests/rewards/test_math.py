@@ -1657,3 +1657,24 @@ def test_an_answer_sentence_correcting_the_last_box_is_the_answer():
     for run in ("wait " * 8_000, " " * 40_000, "the answer is " * 3_000):
         math_score(box + run + "so the answer is 8.", "8")
     assert time.process_time() - t0 < 0.5
+
+
+def test_two_boxes_of_one_quantity_in_two_units_are_one_answer():
+    """`$\\boxed{5}$ km or $\\boxed{5000}$ m` was read as 5000 alone (wrong for 5): a unit and "or" between two
+    boxes join them in one run, right in either unit when they name one amount of one quantity
+    (`presentation.unit_scale`); two other values are a hedge (`5 km or 500 m`, and `\\boxed{4} subsets or
+    \\boxed{5} subsets` read as 5 alone before)."""
+    for response, truths in (
+        ("The distance is $\\boxed{5}$ km or $\\boxed{5000}$ m.", ("5", "5000")),
+        ("It takes $\\boxed{2}$ hours, or $\\boxed{120}$ minutes.", ("2", "120")),
+        ("It costs $\\boxed{2.5}$ dollars or $\\boxed{250}$ cents", ("2.5", "250")),
+    ):
+        assert all(math_score(response, t) for t in truths), response
+        assert not math_score(response, "7"), response
+    for hedge, truth in (
+        ("The distance is $\\boxed{5}$ km or $\\boxed{500}$ m.", "5"),
+        ("The length is $\\boxed{3}$ m or $\\boxed{4}$ m.", "4"),
+        ("There are $\\boxed{4}$ subsets or $\\boxed{5}$ subsets.", "5"),
+    ):
+        assert not math_score(hedge, truth), hedge
+    assert math_score("The length is $\\boxed{3}$ m or $\\boxed{3}$ m.", "3")

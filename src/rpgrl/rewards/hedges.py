@@ -43,18 +43,22 @@ _BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \b
 
 def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     """The last box, with the boxes right before it that only a separator parts from it (`$\\boxed{2}$ and
-    $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`) or, alone, with the box of the
+    $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`; a unit and "or" too, the last
+    box's unit read with it: `$\\boxed{5}$ km or $\\boxed{5000}$ m`, `_unit_gap`) or, alone, with the box of the
     paragraph before its `Alternatively, ...` one (`_alternative`), as raw text, with a value offered with "or"
     before the run (`_hedge_before`) or after it (`_hedge_after`). `boxes`: the boxes of `text` that hold a value
     (`_boxes`), one at least."""
-    first = len(boxes) - 1
+    first, units = len(boxes) - 1, False
     while first > 0:
         j, c = boxes[first - 1]
         command = text.rfind("\\", 0, boxes[first][0])  # the backslash of the next box's \boxed
         gap = text[j + len(c) + 2 : command]
-        if len(gap) > 40 or "\n\n" in gap or not _BOX_GAP.fullmatch(gap):  # a paragraph apart: no run
+        if len(gap) > 40 or "\n\n" in gap:  # a paragraph apart: no run
             break
-        first -= 1
+        unit = not _BOX_GAP.fullmatch(gap) and _unit_gap(gap)
+        if not (unit or _BOX_GAP.fullmatch(gap)):
+            break
+        first, units = first - 1, units or unit
     previous_end = boxes[first - 1][0] + len(boxes[first - 1][1]) + 2 if first > 0 else 0
     alternative = (
         first == len(boxes) - 1
@@ -74,7 +78,23 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     if alternative:  # the two boxes offered, not the paragraph's reasoning between them (its numbers, its length)
         j0, c0 = boxes[first]
         run = text[start : j0 + len(c0) + 2] + " or " + text[text.rfind("\\", 0, j) : end]
+    if units and not hedge and (unit := _UNIT_BEFORE_OR.match(text, end)) and _is_unit(unit.group(1)):
+        run = text[start : unit.end()]  # `$\\boxed{5}$ km or $\\boxed{5000}$ m`: each value with its unit
     return before + run + hedge
+
+
+# a unit after a box, then "or" before the next box (`$\boxed{5}$ km or $\boxed{5000}$ m`, `\boxed{4} subsets or
+# \boxed{5} subsets`): the boxes are one run, two values offered (one quantity in two units, or a hedge)
+_UNIT_GAP = re.compile(
+    rf"[ \t$]*(?:\\text\s*\{{\s*)?((?!or(?![A-Za-z]))[A-Za-z]+(?:[ \t]+(?!or(?![A-Za-z]))[A-Za-z]+)?)[ \t]*\}}?"
+    rf"[ \t$]*(?:,|{_DASH})?[ \t]*or[ \t$]*"
+)
+
+
+def _unit_gap(gap: str) -> bool:
+    """Whether the text between two boxes is a unit of the first (`_is_unit`) and "or" (`_UNIT_GAP`)."""
+    m = _UNIT_GAP.fullmatch(gap)
+    return m is not None and _is_unit(m.group(1))
 
 
 # a paragraph that opens with "Alternatively" or "Or" and ends in the last box, right after the paragraph of the box

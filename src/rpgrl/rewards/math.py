@@ -38,6 +38,7 @@ from rpgrl.rewards.presentation import (
     _boxes,
     _is_unit,
     clean_answer,
+    unit_scale,
 )
 
 Mode = Literal["strict", "equiv"]
@@ -495,8 +496,10 @@ def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
     more than once is one answer (`\\boxed{12}, \\boxed{12.0}`); a value outside the boxes or math groups, or a
     second value, keeps it wrong (`\\boxed{12} or \\boxed{13}`, `7, $540$, $540.0$`). A percent and its fraction
     are one value too (`$\\boxed{20\\%}$, or $0.2$`, `$\\frac{3}{4}$ or $\\boxed{75\\%}$`), that value either
-    way (20 or 0.2 for 20%). An AMC choice with its value and that value alone are one answer, the choice
-    (`\\boxed{\\textbf{(C)}\\ 12}`, then `\\boxed{12}`: right for C and for 12)."""
+    way (20 or 0.2 for 20%). Boxed numbers in units of one quantity that name one amount are one answer, right
+    in either unit (`\\boxed{5}$ km or $\\boxed{5000}$ m`: `_one_quantity`). An AMC choice with its value and
+    that value alone are one answer, the choice (`\\boxed{\\textbf{(C)}\\ 12}`, then `\\boxed{12}`: right for C
+    and for 12)."""
     raw = values_offered(hedge)
     if not 2 <= len(raw) <= MAX_OFFERED:
         return False
@@ -514,11 +517,31 @@ def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
             for p in percents
         )
 
+    if _one_quantity(raw):  # `\\boxed{5}$ km or $\\boxed{5000}$ m`: one length, right in either unit
+        return any(v and equal(v, False) for v in values)
     choices = [v for v in values if _CHOICE.match(v)]  # `(C) 12` and `12`: one answer, the choice with its value
     if choices and len({(_CHOICE_LETTER.search(v).group(1), without_remarks(v)) for v in choices}) == 1:
         if all(v in choices or v == without_remarks(choices[0]) for v in values):
             return _same_choice(choices[0], gold) or equal(without_remarks(choices[0]), False)
     return all(v and equal(v, _is_percent(r)) for r, v in zip(raw, values, strict=True))
+
+
+# a hedge's value that is a boxed number and its unit after the box (`\boxed{5}$ km`, `$\boxed{120}$ minutes`)
+_BOXED_QUANTITY = re.compile(r"[\s$]*\\boxed\{\s*(-?\d{1,30}(?:\.\d{1,30})?)\s*\}[\s$]*(.{1,40}?)[\s$.,;]*")
+
+
+def _one_quantity(raw: list[str]) -> bool:
+    """Whether a hedge's raw values are boxed numbers in different units of one quantity (`unit_scale`) that name
+    one amount (`\\boxed{5}$ km or $\\boxed{5000}$ m`, `\\boxed{2}$ hours, or $\\boxed{120}$ minutes`; not
+    `5 km or 500 m`, `3 m or 4 m`)."""
+    amounts, scales = set(), set()
+    for value in raw:
+        m = _BOXED_QUANTITY.fullmatch(value)
+        if m is None or (scale := unit_scale(m.group(2))) is None:
+            return False
+        amounts.add((scale[0], Fraction(m.group(1)) * scale[1]))
+        scales.add(scale)
+    return len(amounts) == 1 and len(scales) == len(raw)
 
 
 def _is_percent(value: str) -> bool:

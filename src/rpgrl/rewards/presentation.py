@@ -1,13 +1,14 @@
 """How a model writes an answer around its value, shared by `rewards.math` (which answer is judged, and whether it
 equals the truth) and `rewards.hedges` (whether it commits to one value): the boxes of a text (`_boxes`), the
 presentation stripped before any comparison (`clean_answer`), the marks that end a sentence, a paragraph or an
-answer, and the words that name a unit (`_is_unit`). Standard library only; it imports no other reward module but
-`notation`.
+answer, and the words that name a unit (`_is_unit`) and its size (`unit_scale`). Standard library only; it imports
+no other reward module but `notation`.
 """
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from rpgrl.rewards.notation import braced_arguments, repeating_to_fraction, unicode_to_latex
 
@@ -137,3 +138,27 @@ def _is_unit(words: str, one: bool = False) -> bool:
         w in _UNIT_WORDS or w in _UNIT_CONNECTORS or (i > 0 and w in ("squared", "cubed")) or noun(w)
         for i, w in enumerate(parts)
     )
+
+
+# a unit's quantity and its size in that quantity's base unit (metres, seconds, grams, cents, litres): what two values
+# of one quantity in two units are compared by (`5 km or 5000 m`); units of an irrational ratio (degrees, radians) and
+# of area or volume written with connectors are not listed
+_SCALES: dict[str, tuple[str, Fraction]] = {}
+for _quantity, _entries in (
+    ("length", "mm millimeter millimeters millimetre millimetres:1/1000 cm centimeter centimeters centimetre "
+     "centimetres:1/100 m meter meters metre metres:1 km kilometer kilometers kilometre kilometres:1000 inch "
+     "inches:127/5000 ft foot feet:381/1250 yd yard yards:1143/1250 mi mile miles:201168/125"),
+    ("time", "s sec secs second seconds:1 min mins minute minutes:60 h hr hrs hour hours:3600 day days:86400 "
+     "week weeks:604800"),
+    ("mass", "mg milligram milligrams:1/1000 g gram grams:1 kg kilogram kilograms:1000"),
+    ("money", "cent cents penny pennies:1 dollar dollars:100"),
+    ("volume", "ml milliliter milliliters millilitre millilitres:1/1000 l liter liters litre litres:1"),
+):  # fmt: skip
+    for _words, _size in re.findall(r"([a-z ]+):([\d/]+)", _entries):
+        _SCALES.update(dict.fromkeys(_words.split(), (_quantity, Fraction(_size))))
+
+
+def unit_scale(words: str) -> tuple[str, Fraction] | None:
+    """(quantity, size in its base unit) of a unit named by `words` (`km`, `hours`, `\\text{ cm}`), else None."""
+    word = re.sub(r"\\(?:text|textrm|mathrm|mbox)\s*\{|[{}\s.,;]", "", words).lower()
+    return _SCALES.get(word)
