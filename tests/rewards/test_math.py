@@ -1678,3 +1678,23 @@ def test_two_boxes_of_one_quantity_in_two_units_are_one_answer():
     ):
         assert not math_score(hedge, truth), hedge
     assert math_score("The length is $\\boxed{3}$ m or $\\boxed{3}$ m.", "3")
+
+
+def test_an_answer_stated_in_a_plain_sentence_after_think_is_read():
+    """An answer stated only in a plain sentence after `</think>` ("The number of valid arrangements is 42.") was no
+    answer: the sentence closing the text after the reasoning states it (words after its value allowed); not a
+    question, a sentence going on with math, or such a sentence in reasoning that is cut (no `</think>`)."""
+    think = "<think>\nCasework gives 42 after removing the overlaps.\n</think>\n\n"
+    for ending, truth in (
+        ("The number of valid arrangements is 42.", "42"),
+        ("The number of valid arrangements is 42, since each block can be rotated.", "42"),
+        ("There are 113 ways to draw the segments.", "113"),
+        ("So, there are 9 such dates in 2023.", "9"),
+        ("The minimum value is $-4$.", "-4"),
+        ("The sum of all such bases is $70$.<|im_end|>", "70"),
+    ):
+        assert math_score(think + ending, truth), ending
+        assert not math_score(think + ending, "41"), ending
+    for ending in ("Is the number of arrangements 42?", "So the count is 42 minus $3$.", "It is 42 + 1."):
+        assert not math_score(think + ending, "42"), ending
+    assert not math_score("Let me think. The number of arrangements is 42. Hmm, wait, I should check the", "42")

@@ -193,7 +193,8 @@ def extract_final_answer(response: str) -> str | None:
       `Alternatively, ...` paragraph or sentence that ends in the box (a hedge; `rpgrl.rewards.hedges`);
     - with neither, a "the (final) answer is ..." sentence with an answer-shaped value that ends the response
       (nothing after it but `I hope it is correct.`: not cut or retracted reasoning), or one that names the answer
-      after its value ("So $x = 3$ is the only valid answer."); else None (wrong).
+      after its value ("So $x = 3$ is the only valid answer."); after `</think>`, a plain sentence stating a value
+      that ends the response too ("The number of valid arrangements is 42.", `_stated_plainly`); else None (wrong).
     A box that holds no value (`\\boxed{}`, a check mark) is no answer.
     At most MAX_CANDIDATES labels with a value after them are looked at, from the last.
 
@@ -228,9 +229,36 @@ def _judged(response: str) -> tuple[str, str | None]:
     if think >= 0:
         tail = response[think + len("</think>") :]
         answer = _answer_in(tail)
+        answer = _stated_plainly(tail) if answer is None else answer
         if answer is not None and _VALUE.search(answer):
             return tail, answer
     return response, _answer_in(response)
+
+
+# a value stated by a verb in a plain sentence (`The number of valid arrangements is 42.`, `There are 113 ways to
+# draw the segments.`, `The minimum value is $-4$.`): a number, or math holding a digit
+_PLAIN_STATEMENT = re.compile(
+    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were)\s+(?:equal\s+to\s+)?"
+    r"(?P<value>\$[^$\n]{0,200}?\d[^$\n]{0,200}?\$|[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?)(?![\d$])",
+    re.IGNORECASE,
+)
+
+
+def _stated_plainly(tail: str) -> str | None:
+    """The value of a plain sentence (`_PLAIN_STATEMENT`) ending the text after `</think>` (`tail`), read where
+    nothing else there gives an answer: the reasoning is above it, so the sentence closing its summary states the
+    answer ("The number of valid arrangements is 42."). Its last stated value, nothing after it but words (`, since
+    each block can be rotated`; after "there are", a noun phrase: `9 such dates in 2023`); not a question, nor a
+    sentence that goes on with another value or math (`is 42 minus $3$`)."""
+    text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
+    sentence = _SENTENCE_END.split(text.rsplit("\n", 1)[-1])[-1]
+    said = list(_PLAIN_STATEMENT.finditer(sentence))
+    if not said or sentence.endswith("?"):
+        return None
+    m, after = said[-1], sentence[said[-1].end() :]
+    if re.search(r"[$\\]", after) or (m.group("there") is None and re.search(r"\d", after)):
+        return None
+    return m.group("value") if _answer_shaped(m.group("value")) else None
 
 
 def _final_answer_raw(response: str) -> str | None:
