@@ -1698,3 +1698,22 @@ def test_an_answer_stated_in_a_plain_sentence_after_think_is_read():
     for ending in ("Is the number of arrangements 42?", "So the count is 42 minus $3$.", "It is 42 + 1."):
         assert not math_score(think + ending, "42"), ending
     assert not math_score("Let me think. The number of arrangements is 42. Hmm, wait, I should check the", "42")
+
+
+def test_a_checked_result_then_an_alternative_is_a_hedge():
+    """A result's box not named the answer (`The number of pairs is $\\boxed{6}$.`), a paragraph checking it, then
+    `Alternatively, if order matters, there are $\\boxed{12}$.` read as 12 alone: a paragraph checking the box
+    (`Check: ...`, `Let me verify`) makes it an answer, so the alternative offers a second one, a hedge. The same
+    value again, a correction, and a step's box with the next step after it read as before."""
+    box = "The number of pairs is $\\boxed{6}$.\n\n"
+    alternative = "\n\nAlternatively, if order matters, there are $\\boxed{12}$."
+    for check in (
+        "Check: listing them, (1,2), (1,3), (1,4), (2,3), (2,4), (3,4), six pairs.",
+        "Let me verify: $\\binom{4}{2} = 6$. Yes.",
+        "To double-check, $\\binom{4}{2} = 6$.",
+    ):
+        assert not math_score(box + check + alternative, "12") and not math_score(box + check + alternative, "6")
+        assert math_score(box + check + "\n\nAlternatively, counting directly, $\\boxed{6}$.", "6"), check
+        assert math_score(box + check + "\n\nWait, I missed a pair.\n\nAlternatively, $\\boxed{7}$.", "7"), check
+    step = "Each pair can be ordered in 2 ways, so we multiply."
+    assert math_score(box.replace("The", "First, the") + step + alternative, "12")

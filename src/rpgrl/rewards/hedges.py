@@ -176,16 +176,19 @@ def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool
     the paragraph right after the answer's (`_alternative_paragraphs`: a section that goes on below it too), or in
     the answer's paragraph, right after its sentence or its line (`\\boxed{4}. Alternatively, if we count both
     orders, \\boxed{8}.`, `\\[\\boxed{4}\\]` then a line `Alternatively, ...`: a hedge in one paragraph as in two);
-    when the answer is `stated` as one (a label, "the answer is", `_stated`), in a later paragraph too (`\\boxed{4}`,
-    a paragraph checking it, then `Alternatively, ...`; a step's box is not). Not when the text after the answer
-    finds an error or names the last value the correct answer (`corrects`: the last box corrects the answer)."""
+    when the answer is `stated` as one (a label, "the answer is", `_stated`) or the paragraph after it checks it
+    (`_CHECK`: `The number of pairs is $\\boxed{6}$.`, then `Check: ...`), in a later paragraph too (`\\boxed{4}`,
+    a paragraph checking it, then `Alternatively, ...`; a step's box, the next step after it, is not). Not when
+    the text after the answer finds an error or names the last value the correct answer (`corrects`: the last box
+    corrects the answer)."""
     between = text[after : text.rfind("\\", 0, last)]
     paragraphs = _PARAGRAPH_BREAK.split(between)
     paragraphs = paragraphs[:1] + [q for q in paragraphs[1:] if not _RULE.fullmatch(q)]  # `---` parts nothing
     if len(paragraphs) >= 2:
         later = [q for q in paragraphs[1:] if q.strip()]
         alternative = _alternative_paragraphs(later)
-        if alternative is None and stated and _later_alternative(later):
+        checked = bool(later) and _CHECK.match(later[0]) is not None  # the answer checked before the alternative
+        if alternative is None and (stated or checked) and _later_alternative(later):
             alternative = "\n\n".join(later)  # (the paragraphs before it searched for an error too)
     else:
         sentences = _SENTENCE_END.split(between, maxsplit=1)
@@ -194,6 +197,13 @@ def _alternative(text: str, after: int, last: int, stated: bool = False) -> bool
     return alternative is not None and not corrects(alternative)
 
 
+# a paragraph that checks the result before it (`Check: ...`, `Let me verify: ...`, `To double-check, ...`): that
+# result is an answer, not a step, though its sentence does not name it one
+_CHECK = re.compile(
+    r"[\s#>*_]*(?:(?:let(?:'s|\s+us|\s+me)\s+|to\s+|we\s+can\s+)?(?:double[- ]?check|check|verify|confirm)"
+    r"|verification|sanity\s+check)(?![A-Za-z])",
+    re.IGNORECASE,
+)
 _ANSWER_WORD = re.compile(r"(?<![A-Za-z])answer(?![A-Za-z])", re.IGNORECASE)
 
 
