@@ -1717,3 +1717,15 @@ def test_a_checked_result_then_an_alternative_is_a_hedge():
         assert math_score(box + check + "\n\nWait, I missed a pair.\n\nAlternatively, $\\boxed{7}$.", "7"), check
     step = "Each pair can be ordered in 2 ways, so we multiply."
     assert math_score(box.replace("The", "First, the") + step + alternative, "12")
+
+
+def test_a_membership_stated_as_the_answer_is_read():
+    """`Therefore, the answer is $x \\in (1, 3)$.` (no box, no label) was no answer, as was `so the final answer:
+    $x \\in [2, \\infty)$` inside a sentence: a value after `x \\in` is answer-shaped as one after `x =` is."""
+    for ending, truth in (
+        ("Therefore, the answer is $x \\in (1, 3)$.", "(1,3)"),
+        ("We solve the inequality, so the final answer: $x \\in [2, \\infty)$", "[2,\\infty)"),
+    ):
+        assert math_score("We solve the inequality step by step.\n\n" + ending, truth), ending
+        assert not math_score("We solve the inequality step by step.\n\n" + ending, "(1,4)"), ending
+    assert not math_score("Therefore, the answer is $x \\in S$ where $S = (1, 3)$.", "(1,3)")

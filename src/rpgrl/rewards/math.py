@@ -212,9 +212,9 @@ def extract_final_answer(response: str) -> str | None:
 
 MAX_CANDIDATES = 64  # labels with a value after them looked at, from the last (prose-only ones cost nothing)
 _VALUE = re.compile(r"[\d$\\]")  # what an answer holds and prose does not: a digit, math, a LaTeX command
-# an answer as a sentence's label gives it: a value first (after an optional `x =`; a sign before a number or a
-# command: `-\frac12` was no answer), no further `=` (not a check such as `540 / 4 = 135`)
-_ANSWER_SHAPED = re.compile(r"(?:[A-Za-z]\w*\s*=\s*)?(?:[-+]?(?:\.?\d|\\)|[(\[{])[^=]*")
+# an answer as a sentence's label gives it: a value first (after an optional `x =` or `x \in`; a sign before a number
+# or a command: `-\frac12` was no answer), no further `=` (not a check such as `540 / 4 = 135`)
+_ANSWER_SHAPED = re.compile(r"(?:[A-Za-z]\w*\s*(?:=|\\in(?![A-Za-z]))\s*)?(?:[-+]?(?:\.?\d|\\)|[(\[{])[^=]*")
 
 
 def judged_text(response: str) -> str:
