@@ -1729,3 +1729,13 @@ def test_a_membership_stated_as_the_answer_is_read():
         assert math_score("We solve the inequality step by step.\n\n" + ending, truth), ending
         assert not math_score("We solve the inequality step by step.\n\n" + ending, "(1,4)"), ending
     assert not math_score("Therefore, the answer is $x \\in S$ where $S = (1, 3)$.", "(1,3)")
+
+
+def test_a_label_corrected_by_a_sentence_after_it_reads_the_correction():
+    """`Answer: 120`, then `Hmm, wait, I forgot that the arrangements are circular, ...: the answer is 24.` was read
+    as 120: an answer sentence ending the response after a label corrects it when the text after the label finds an
+    error (`hedges.corrects`), as after a box."""
+    correction = "\n\nHmm, wait, I forgot that the arrangements are circular, so we divide by 5: the answer is 24."
+    assert math_score("We count the arrangements.\n\nAnswer: 120" + correction, "24")
+    assert not math_score("We count the arrangements.\n\nAnswer: 120" + correction, "120")
+    assert math_score("Answer: 120\n\nAs a check, $5! = 120$, so the answer is 120.", "120")

@@ -186,7 +186,8 @@ def extract_final_answer(response: str) -> str | None:
       corrected answer: 540"); an in-sentence label followed by prose ("to find the answer: we first ...") or by a
       check ("the answer: 540 / 4 = 135") is no answer, nor is a label inside a box;
     - unless a `\\boxed{}` follows that label's answer (a correction: `Answer: 12 ... wait ... \\boxed{13}` is
-      judged as 13), or there is no label: then the last box, with the boxes right before it that only a
+      judged as 13; so does an answer sentence ending the response after a correction, `... wait, I forgot ..., so
+      the answer is 13.`), or there is no label: then the last box, with the boxes right before it that only a
       separator parts from it (`\\boxed{2}$ and $\\boxed{3}`: one answer; `\\boxed{4} or \\boxed{5}`: a hedge), and
       the rest of its sentence when that offers another value or an open range (`\\boxed{12} or 13`, `or more`: a
       hedge), and a value with "or" right before the box (`4 or \\boxed{5}`: a hedge), and the answer before an
@@ -271,10 +272,13 @@ def _answer_in(text: str) -> str | None:
     boxes = [b for b in boxes if not _NO_VALUE.fullmatch(b[1])]  # `\boxed{}`, `\boxed{\checkmark}`: no answer
     label = _last_label(text, inside)
     if label is not None and not (boxes and boxes[-1][0] >= label[1]):
-        return label[0]  # no box after the label's answer (a later box is a correction: the last answer counts)
+        # no box after the label's answer (a later box is a correction: the last answer counts), nor a sentence that
+        # corrects it (`Answer: 120`, then `Wait, I forgot ..., so the answer is 24.`)
+        return _corrected_in_a_sentence(text, label[1]) or label[0]
     if boxes:  # (after a label, a box may offer an alternative to its answer: `Answer: 4` then `Alternatively, ...`)
         offered = alternative_to_label(text, label, boxes) if label is not None else None
-        return offered or _corrected_in_a_sentence(text, boxes[-1]) or box_run(text, boxes)
+        j, c = boxes[-1]
+        return offered or _corrected_in_a_sentence(text, j + len(c) + 2) or box_run(text, boxes)
     labels = list(_LABEL.finditer(text))
     if labels:  # a label with only prose after it: judged as it is (wrong, unless the prose is the answer)
         return _label_content(text, labels[-1].end())[0]
@@ -282,11 +286,12 @@ def _answer_in(text: str) -> str | None:
     return _answer_is_value(tail) or _value_is_answer(tail)
 
 
-def _corrected_in_a_sentence(text: str, box: tuple[int, str]) -> str | None:
-    """The value of an answer sentence ending the response after the last `box` (`_answer_is_value`,
-    `_value_is_answer`) when the text after the box corrects it (`hedges.corrects`: `\\boxed{7}`, then `Wait,
-    I forgot the divisor 1, so the answer is 8.`: the last answer counts), else None."""
-    after = text[box[0] + len(box[1]) + 2 :]
+def _corrected_in_a_sentence(text: str, end: int) -> str | None:
+    """The value of an answer sentence ending the response after the last answer, a box or a label's, ending at
+    `end` (`_answer_is_value`, `_value_is_answer`) when the text after it corrects it (`hedges.corrects`:
+    `\\boxed{7}` or `Answer: 7`, then `Wait, I forgot the divisor 1, so the answer is 8.`: the last answer counts),
+    else None."""
+    after = text[end:]
     tail = after[-4 * MAX_ANSWER_CHARS :]
     value = _answer_is_value(tail) or _value_is_answer(tail)
     return value if value is not None and corrects(after) else None
