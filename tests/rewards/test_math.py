@@ -1739,3 +1739,19 @@ def test_a_label_corrected_by_a_sentence_after_it_reads_the_correction():
     assert math_score("We count the arrangements.\n\nAnswer: 120" + correction, "24")
     assert not math_score("We count the arrangements.\n\nAnswer: 120" + correction, "120")
     assert math_score("Answer: 120\n\nAs a check, $5! = 120$, so the answer is 120.", "120")
+
+
+def test_the_workers_start_is_no_part_of_a_judgements_budget():
+    """On a cold worker (each thread has its own) the first answer needing two math-verify calls was judged wrong
+    and the same answer right after it: the worker's start (seconds) used up the one-second budget before the second
+    call (`x \\le 3` for `(-\\infty, 3]`: compared both ways). The budget counts from the worker being ready."""
+    verdicts = []
+    response = "So the solution set is $x \\le 3$.\n\nAnswer: $x \\le 3$"
+
+    def judge() -> None:
+        verdicts.extend(math_score(response, "(-\\infty, 3]") for _ in range(2))
+
+    thread = threading.Thread(target=judge)
+    thread.start()
+    thread.join()
+    assert verdicts == [True, True]

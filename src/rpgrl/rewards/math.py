@@ -493,17 +493,17 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
     gold = clean_answer(ground_truth)
-    deadline = time.monotonic() + timeout  # every math-verify call below shares the one budget
+    budget = _Budget(timeout)  # every math-verify call below shares the one budget
     if is_hedge(answer, ground_truth):
-        return _offers_one_value(answer, gold, deadline)
+        return _offers_one_value(answer, gold, budget)
     if normalize_answer(answer) == normalize_answer(ground_truth):
         return True
     pred = clean_answer(answer)
     candidates = [p for p in dict.fromkeys((pred, without_remarks(pred))) if p]
     for p in candidates:  # a restated value is judged alone (`540 (37 + 503)` also reads as 540 x 540)
-        if (value := _restated_value(p, deadline)) is not None:
-            return _cleaned_equivalent(value, gold, deadline)
-    return any(_cleaned_equivalent(p, gold, deadline) for p in candidates) or _same_choice(pred, gold)
+        if (value := _restated_value(p, budget)) is not None:
+            return _cleaned_equivalent(value, gold, budget)
+    return any(_cleaned_equivalent(p, gold, budget) for p in candidates) or _same_choice(pred, gold)
 
 
 def _same_choice(pred: str, gold: str) -> bool:
@@ -524,7 +524,7 @@ _CHOICE_LETTER = re.compile(r"\(\s*([A-E])\s*\)")
 MAX_OFFERED = 8  # a hedge offering more values is wrong without a look
 
 
-def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
+def _offers_one_value(hedge: str, gold: str, budget: _Budget) -> bool:
     """Whether every value a hedge (`is_hedge`) offers equals the cleaned ground truth `gold`: one value written
     more than once is one answer (`\\boxed{12}, \\boxed{12.0}`); a value outside the boxes or math groups, or a
     second value, keeps it wrong (`\\boxed{12} or \\boxed{13}`, `7, $540$, $540.0$`). A percent and its fraction
@@ -540,13 +540,13 @@ def _offers_one_value(hedge: str, gold: str, deadline: float) -> bool:
     percents = [v for r, v in zip(raw, values, strict=True) if v and _is_percent(r)]
 
     def equal(v: str, is_percent: bool) -> bool:
-        if _cleaned_equivalent(v, gold, deadline):
+        if _cleaned_equivalent(v, gold, budget):
             return True
         if is_percent:  # 50% for 1/2
-            return _cleaned_equivalent(f"\\frac{{{v}}}{{100}}", gold, deadline)
+            return _cleaned_equivalent(f"\\frac{{{v}}}{{100}}", gold, budget)
         # 0.2 written with 20%, which is the truth
         return any(
-            _cleaned_equivalent(v, f"\\frac{{{p}}}{{100}}", deadline) and _cleaned_equivalent(p, gold, deadline)
+            _cleaned_equivalent(v, f"\\frac{{{p}}}{{100}}", budget) and _cleaned_equivalent(p, gold, budget)
             for p in percents
         )
 
@@ -598,7 +598,7 @@ MAX_RESTATED_SIDES = 4
 _MOD_SIDE = re.compile(r"(\d{1,300})\s*(?:\\bmod|\\mod|mod)\s*\{?(\d{1,300})\}?")  # 2540 mod 1000: AIME's remainders
 
 
-def _restated_value(answer: str, deadline: float) -> str | None:
+def _restated_value(answer: str, budget: _Budget) -> str | None:
     """The value a cleaned `answer` states when the rest only restates it (`_STATED`), else None."""
     m = _STATED.fullmatch(_END_MARKS.sub("", answer)) if len(answer) <= MAX_ANSWER_CHARS else None
     if m is None:
@@ -615,7 +615,7 @@ def _restated_value(answer: str, deadline: float) -> str | None:
     numeric = [_remainder(side) for side in sides if re.search(r"\d", side)]
     if not numeric or len(sides) > MAX_RESTATED_SIDES or not all(_ARITHMETIC.fullmatch(x) for x in numeric):
         return None
-    return value if all(_cleaned_equivalent(x, value, deadline) for x in numeric) else None
+    return value if all(_cleaned_equivalent(x, value, budget) for x in numeric) else None
 
 
 def _remainder(side: str) -> str:
@@ -624,19 +624,37 @@ def _remainder(side: str) -> str:
     return str(int(m.group(1)) % int(m.group(2))) if m and int(m.group(2)) else side
 
 
-def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
-    """Steps 2-4 of `equiv_correct` on cleaned answers; math-verify until `deadline` (time.monotonic())."""
+class _Budget:
+    """The math-verify seconds of one judgement, shared by its calls: `timeout` from the first call, once this
+    thread's worker is ready. Its one-time start (seconds) is no part of it: on a cold worker the first answer that
+    needs a second call (`x \\le 3` for `(-\\infty, 3]`, compared both ways) was judged wrong, then right."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout, self.end = timeout, None
+
+    def left(self) -> float:
+        """Seconds left; the first call waits for the worker (lazily: strict mode needs neither it nor math-verify)."""
+        if self.end is None:
+            from rpgrl.rewards import _mathverify
+
+            _mathverify.warm_up()  # (a worker killed by a hung answer is replaced: its start is waited for here too)
+            self.end = time.monotonic() + self.timeout
+        return self.end - time.monotonic()
+
+
+def _cleaned_equivalent(pred: str, gold: str, budget: _Budget) -> bool:
+    """Steps 2-4 of `equiv_correct` on cleaned answers; math-verify while `budget` has time left."""
     if pred == gold or normalize_answer(pred) == normalize_answer(gold):
         return True
     if _INTEGER.fullmatch(pred) and _INTEGER.fullmatch(gold):  # most AIME/AMC cases: no need for sympy
         return int(pred) == int(gold)
     if (scaled := _scaled_number(pred)) is not None:  # 12 \text{ thousand}: 12000
-        return _cleaned_equivalent(scaled, gold, deadline)
+        return _cleaned_equivalent(scaled, gold, budget)
     if reject_reason(pred) is not None or _scaled_in_text(pred):
         return False
     from rpgrl.rewards import _mathverify  # lazily: strict mode needs neither math-verify nor a worker
 
-    left = deadline - time.monotonic()
+    left = budget.left()
     if left <= 0:
         return False
     if _mathverify.equivalent(pred, gold, timeout=left):
@@ -644,7 +662,7 @@ def _cleaned_equivalent(pred: str, gold: str, deadline: float) -> bool:
     # an inequality for an interval (x \le 3 for (-\infty, 3]): with its defaults math-verify reads a relation as an
     # interval on the ground truth's side only, so the two are compared the other way round too, where the truth is
     # an interval beyond doubt (it reads (1, 2) and {1, 2} as intervals too: 1 < x < 2 is no answer for a pair)
-    if not (_RELATION.search(pred) and _INTERVAL.fullmatch(gold)) or (left := deadline - time.monotonic()) <= 0:
+    if not (_RELATION.search(pred) and _INTERVAL.fullmatch(gold)) or (left := budget.left()) <= 0:
         return False
     return _mathverify.equivalent(gold, pred, timeout=left)
 
