@@ -1755,3 +1755,17 @@ def test_the_workers_start_is_no_part_of_a_judgements_budget():
     thread.start()
     thread.join()
     assert verdicts == [True, True]
+
+
+def test_a_percent_is_right_for_its_fraction():
+    """`\\boxed{12.5\\%}` was wrong for `\\frac{1}{8}` (the sign dropped, 12.5 compared): an answer ending in a percent
+    sign is also its number over 100, as in a hedge (`_offers_one_value`); the number alone stays right."""
+    for answer, truth in (
+        ("\\boxed{12.5\\%}", "\\frac{1}{8}"),
+        ("$\\boxed{20\\%}$", "0.2"),
+        ("Answer: 75%", "\\frac34"),
+    ):
+        assert math_score("So the probability is " + answer, truth), answer
+    assert math_score("So the discount is $\\boxed{20\\%}$.", "20")
+    assert not math_score("So the probability is $\\boxed{12.5}$.", "\\frac{1}{8}")
+    assert not math_score("So the probability is $\\boxed{12.5\\%}$.", "\\frac{1}{4}")

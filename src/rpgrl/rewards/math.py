@@ -482,7 +482,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     3. both are integers and equal as integers;
     4. it passes `reject_reason` and math-verify proves it equivalent to the ground truth within `timeout` s;
     and 2-4 again with what a grader reads past left out (`without_remarks`: `The answer is 113`, `(C) 7`,
-    `540 (the remainder)`, `540;`, `12 \\text{ cm}`).
+    `540 (the remainder)`, `540;`, `12 \\text{ cm}`); last, an answer ending in a percent sign as its number over
+    100 (`12.5\\%` for `\\frac{1}{8}`).
 
     >>> equiv_correct("Answer: 0.5", "\\\\frac{1}{2}")
     True
@@ -503,7 +504,10 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     for p in candidates:  # a restated value is judged alone (`540 (37 + 503)` also reads as 540 x 540)
         if (value := _restated_value(p, budget)) is not None:
             return _cleaned_equivalent(value, gold, budget)
-    return any(_cleaned_equivalent(p, gold, budget) for p in candidates) or _same_choice(pred, gold)
+    if any(_cleaned_equivalent(p, gold, budget) for p in candidates) or _same_choice(pred, gold):
+        return True
+    # a percent for its fraction (`\boxed{12.5\%}` for 1/8): `clean_answer` drops the sign, leaving 12.5
+    return _is_percent(answer) and _cleaned_equivalent(f"\\frac{{{pred}}}{{100}}", gold, budget)
 
 
 def _same_choice(pred: str, gold: str) -> bool:
