@@ -55,8 +55,9 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         gap = text[j + len(c) + 2 : command]
         if len(gap) > 40 or "\n\n" in gap:  # a paragraph apart: no run
             break
-        unit = not _BOX_GAP.fullmatch(gap) and _unit_gap(gap)
-        if not (unit or _BOX_GAP.fullmatch(gap)):
+        separated = _BOX_GAP.fullmatch(gap) is not None
+        unit = not separated and _unit_gap(gap)
+        if not (separated or unit):
             break
         first, units = first - 1, units or unit
     previous_end = boxes[first - 1][0] + len(boxes[first - 1][1]) + 2 if first > 0 else 0
