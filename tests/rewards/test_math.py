@@ -1771,3 +1771,13 @@ def test_a_percent_is_right_for_its_fraction():
     assert math_score("So the discount is $\\boxed{20\\%}$.", "20")
     assert not math_score("So the probability is $\\boxed{12.5}$.", "\\frac{1}{8}")
     assert not math_score("So the probability is $\\boxed{12.5\\%}$.", "\\frac{1}{4}")
+
+
+def test_two_boxes_of_one_quantity_with_units_inside_are_one_answer():
+    """`$\\boxed{5\\text{ km}}$ or $\\boxed{5000\\text{ m}}$` was a hedge (wrong for 5), where the same boxes with
+    their units after them are one answer: a unit inside the box is read as one after it."""
+    response = "The distance is $\\boxed{5\\text{ km}}$ or $\\boxed{5000\\text{ m}}$."
+    assert math_score(response, "5") and math_score(response, "5000")
+    assert math_score("It takes $\\boxed{2\\ \\mathrm{h}}$, or $\\boxed{120}$ minutes.", "120")
+    assert not math_score("The distance is $\\boxed{5\\text{ km}}$ or $\\boxed{500\\text{ m}}$.", "5")
+    assert not math_score("The distance is $\\boxed{5\\text{ km}}$ km or $\\boxed{5000}$ m.", "5")  # two units

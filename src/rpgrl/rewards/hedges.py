@@ -44,22 +44,20 @@ _BOX_GAP = re.compile(  # (the next box's `n =` too: `$n = \boxed{4}$ or $n = \b
 def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     """The last box, with the boxes right before it that only a separator parts from it (`$\\boxed{2}$ and
     $\\boxed{3}$`: one answer of two values, or a hedge `\\boxed{4} or \\boxed{5}`; a unit and "or" too, the last
-    box's unit read with it: `$\\boxed{5}$ km or $\\boxed{5000}$ m`, `_unit_gap`) or, alone, with the box of the
+    box's unit read with the run: `$\\boxed{5}$ km or $\\boxed{5000}$ m`, `_unit_gap`) or, alone, with the box of the
     paragraph before its `Alternatively, ...` one (`_alternative`), as raw text, with a value offered with "or"
     before the run (`_hedge_before`) or after it (`_hedge_after`). `boxes`: the boxes of `text` that hold a value
     (`_boxes`), one at least."""
-    first, units = len(boxes) - 1, False
+    first = len(boxes) - 1
     while first > 0:
         j, c = boxes[first - 1]
         command = text.rfind("\\", 0, boxes[first][0])  # the backslash of the next box's \boxed
         gap = text[j + len(c) + 2 : command]
         if len(gap) > 40 or "\n\n" in gap:  # a paragraph apart: no run
             break
-        separated = _BOX_GAP.fullmatch(gap) is not None
-        unit = not separated and _unit_gap(gap)
-        if not (separated or unit):
+        if not (_BOX_GAP.fullmatch(gap) or _unit_gap(gap)):
             break
-        first, units = first - 1, units or unit
+        first -= 1
     previous_end = boxes[first - 1][0] + len(boxes[first - 1][1]) + 2 if first > 0 else 0
     alternative = (
         first == len(boxes) - 1
@@ -79,7 +77,8 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     if alternative:  # the two boxes offered, not the paragraph's reasoning between them (its numbers, its length)
         j0, c0 = boxes[first]
         run = text[start : j0 + len(c0) + 2] + " or " + text[text.rfind("\\", 0, j) : end]
-    if units and not hedge and (unit := _UNIT_BEFORE_OR.match(text, end)) and _is_unit(unit.group(1)):
+    runs = first < len(boxes) - 1 and not alternative  # boxes a separator or a unit and "or" part (`_unit_gap`)
+    if runs and not hedge and (unit := _UNIT_BEFORE_OR.match(text, end)) and _is_unit(unit.group(1)):
         run = text[start : unit.end()]  # `$\\boxed{5}$ km or $\\boxed{5000}$ m`: each value with its unit
     return before + run + hedge
 

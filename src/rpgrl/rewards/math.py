@@ -564,19 +564,26 @@ def _offers_one_value(hedge: str, gold: str, budget: _Budget) -> bool:
 
 
 # a hedge's value that is a boxed number and its unit after the box (`\boxed{5}$ km`, `$\boxed{120}$ minutes`)
-_BOXED_QUANTITY = re.compile(r"[\s$]*\\boxed\{\s*(-?\d{1,30}(?:\.\d{1,30})?)\s*\}[\s$]*(.{1,40}?)[\s$.,;]*")
+# (or inside it: `\boxed{5\text{ km}}$`, `\boxed{5\ \mathrm{km}}`)
+_BOXED_QUANTITY = re.compile(
+    r"[\s$]*\\boxed\{\s*(?P<number>-?\d{1,30}(?:\.\d{1,30})?)\s*(?:\\[ ,;!]\s*)*"
+    r"(?P<inside>\\(?:text|textrm|mathrm|mbox)\s*\{[^{}]{1,30}\}|[A-Za-z]{1,20})?\s*\}"
+    r"[\s$]*(?P<after>.{0,40}?)[\s$.,;]*"
+)
 
 
 def _one_quantity(raw: list[str]) -> bool:
     """Whether a hedge's raw values are boxed numbers in different units of one quantity (`unit_scale`) that name
-    one amount (`\\boxed{5}$ km or $\\boxed{5000}$ m`, `\\boxed{2}$ hours, or $\\boxed{120}$ minutes`; not
-    `5 km or 500 m`, `3 m or 4 m`)."""
+    one amount (`\\boxed{5}$ km or $\\boxed{5000}$ m`, `\\boxed{2}$ hours, or $\\boxed{120}$ minutes`, the units
+    inside the boxes too: `\\boxed{5\\text{ km}}$ or $\\boxed{5000\\text{ m}}`; not `5 km or 500 m`, `3 m or 4 m`)."""
     amounts, scales = set(), set()
     for value in raw:
         m = _BOXED_QUANTITY.fullmatch(value)
-        if m is None or (scale := unit_scale(m.group(2))) is None:
+        if m is None or bool(m.group("inside")) == bool(m.group("after")):  # one unit, inside the box or after it
             return False
-        amounts.add((scale[0], Fraction(m.group(1)) * scale[1]))
+        if (scale := unit_scale(m.group("inside") or m.group("after"))) is None:
+            return False
+        amounts.add((scale[0], Fraction(m.group("number")) * scale[1]))
         scales.add(scale)
     return len(amounts) == 1 and len(scales) == len(raw)
 
