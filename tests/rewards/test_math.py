@@ -1781,3 +1781,12 @@ def test_two_boxes_of_one_quantity_with_units_inside_are_one_answer():
     assert math_score("It takes $\\boxed{2\\ \\mathrm{h}}$, or $\\boxed{120}$ minutes.", "120")
     assert not math_score("The distance is $\\boxed{5\\text{ km}}$ or $\\boxed{500\\text{ m}}$.", "5")
     assert not math_score("The distance is $\\boxed{5\\text{ km}}$ km or $\\boxed{5000}$ m.", "5")  # two units
+
+
+def test_a_number_with_a_plain_unit_of_two_words_is_its_number():
+    """`So the answer is 42 km/h.` (also boxed, or on a label) was wrong for 42: math-verify reads `km/h` as a
+    division of variables. A number and a unit in plain words is judged as its number, as a unit in text is; words
+    that are no unit keep the answer as written (`3 pi`)."""
+    for response in ("So the answer is 42 km/h.", "The answer is $\\boxed{42 km/h}$", "Answer: 42 m / s"):
+        assert math_score(response, "42") and not math_score(response, "43"), response
+    assert not math_score("Answer: 3 pi", "3")

@@ -789,6 +789,8 @@ _UNIT_AFTER = re.compile(
     rf"{_NUMBER_UNIT}(?:\s|\\[,;! ]|~)*\\(?:text|textrm|mathrm|mbox)\s*\{{\s*{_UNIT}\s*\}}(?:\^\{{?[23]\}}?)?"
 )
 _UNIT_INSIDE = re.compile(rf"\\(?:text|textrm|mbox)\s*\{{\s*{_NUMBER_UNIT}\s+{_UNIT}\s*\}}")
+# a unit in plain words after the number (`42 km/h`, `5 m/s`: math-verify reads the slash as a division)
+_UNIT_PLAIN = re.compile(rf"{_NUMBER_UNIT}\s+([A-Za-z]+(?:\s*/\s*[A-Za-z]+|\s+[A-Za-z]+){{0,2}})")
 
 
 def without_remarks(answer: str) -> str:
@@ -815,8 +817,9 @@ def without_remarks(answer: str) -> str:
 
 
 def _without_unit(s: str) -> str:
-    """The number of `s` when `s` is a number with its unit in text (`_UNIT_AFTER`, `_UNIT_INSIDE`), else `s`."""
-    m = _UNIT_AFTER.fullmatch(s) or _UNIT_INSIDE.fullmatch(s)
+    """The number of `s` when `s` is a number with its unit in text or in plain words (`_UNIT_AFTER`, `_UNIT_INSIDE`,
+    `_UNIT_PLAIN`), else `s`."""
+    m = _UNIT_AFTER.fullmatch(s) or _UNIT_INSIDE.fullmatch(s) or _UNIT_PLAIN.fullmatch(s)
     return m.group(1) if m is not None and _is_unit(m.group(2), one=m.group(1) == "1") else s
 
 
