@@ -1790,3 +1790,11 @@ def test_a_number_with_a_plain_unit_of_two_words_is_its_number():
     for response in ("So the answer is 42 km/h.", "The answer is $\\boxed{42 km/h}$", "Answer: 42 m / s"):
         assert math_score(response, "42") and not math_score(response, "43"), response
     assert not math_score("Answer: 3 pi", "3")
+
+
+def test_an_answer_that_should_be_a_value_after_think_is_read():
+    """`</think>` then `The answer should be 42.` was no answer (the plain sentence's verbs were "is", "are",
+    "equals"): "should be" and "must be" state the value too."""
+    think = "<think>\nCounting the cases gives 42.\n</think>\n\n"
+    for ending in ("The answer should be 42.", "So the number of arrangements must be 42."):
+        assert math_score(think + ending, "42") and not math_score(think + ending, "41"), ending

@@ -237,9 +237,9 @@ def _judged(response: str) -> tuple[str, str | None]:
 
 
 # a value stated by a verb in a plain sentence (`The number of valid arrangements is 42.`, `There are 113 ways to
-# draw the segments.`, `The minimum value is $-4$.`): a number, or math holding a digit
+# draw the segments.`, `The minimum value is $-4$.`, `The answer should be 42.`): a number, or math holding a digit
 _PLAIN_STATEMENT = re.compile(
-    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were)\s+(?:equal\s+to\s+)?"
+    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were|(?:should|must)\s+be)\s+(?:equal\s+to\s+)?"
     r"(?P<value>\$[^$\n]{0,200}?\d[^$\n]{0,200}?\$|[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?)(?![\d$])",
     re.IGNORECASE,
 )
