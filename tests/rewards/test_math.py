@@ -1798,3 +1798,12 @@ def test_an_answer_that_should_be_a_value_after_think_is_read():
     think = "<think>\nCounting the cases gives 42.\n</think>\n\n"
     for ending in ("The answer should be 42.", "So the number of arrangements must be 42."):
         assert math_score(think + ending, "42") and not math_score(think + ending, "41"), ending
+
+
+def test_a_value_alone_after_think_is_the_answer():
+    """`</think>` then `**42**` alone (no box, no label, no sentence) was no answer: a text after the reasoning that is
+    a value alone is that value; words around a number are not (`Let me think: 42`)."""
+    think = "<think>\nCounting the cases gives 42.\n</think>\n\n"
+    for ending in ("**42**", "$42$", "42.", "\\(42\\)\n"):
+        assert math_score(think + ending, "42") and not math_score(think + ending, "41"), ending
+    assert not math_score(think + "Let me think: 42", "42")

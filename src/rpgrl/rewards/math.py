@@ -245,13 +245,20 @@ _PLAIN_STATEMENT = re.compile(
 )
 
 
+# a text after `</think>` that is a value alone, once cleaned (`**42**`, `$42$`, `42.`)
+_LONE_VALUE = re.compile(r"[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?")
+
+
 def _stated_plainly(tail: str) -> str | None:
     """The value of a plain sentence (`_PLAIN_STATEMENT`) ending the text after `</think>` (`tail`), read where
     nothing else there gives an answer: the reasoning is above it, so the sentence closing its summary states the
     answer ("The number of valid arrangements is 42."). Its last stated value, nothing after it but words (`, since
     each block can be rotated`; after "there are", a noun phrase: `9 such dates in 2023`); not a question, nor a
-    sentence that goes on with another value or math (`is 42 minus $3$`)."""
+    sentence that goes on with another value or math (`is 42 minus $3$`). A text that is a value alone (`**42**`,
+    `_LONE_VALUE`) is that value."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
+    if len(tail) <= 4 * MAX_ANSWER_CHARS and _LONE_VALUE.fullmatch(clean_answer(text)):
+        return text
     sentence = _SENTENCE_END.split(text.rsplit("\n", 1)[-1])[-1]
     said = list(_PLAIN_STATEMENT.finditer(sentence))
     if not said or sentence.endswith("?"):
