@@ -1489,7 +1489,7 @@ def test_every_vulgar_fraction_reads_as_its_unicode_value():
 
 
 def test_a_judged_corpus_keeps_every_verdict_it_agrees_with():
-    """959 solution endings as models write them (AIME, AMC, fractions, units, money, scaling words, hedges,
+    """1005 solution endings as models write them (AIME, AMC, fractions, units, money, scaling words, hedges,
     corrections, rejected roots, "Alternatively" paragraphs), each verdict decided by a careful human grader before
     any was scored (`data/judged_responses.json`, the seventeenth probe: 345 realistic endings, 303 agreeing at
     7658823 and 323 now, then 148 aimed at the new rules' edges, 133 agreeing; then 150 aimed at the reason, dash
@@ -1497,7 +1497,7 @@ def test_a_judged_corpus_keeps_every_verdict_it_agrees_with():
     at a reason restating the value and "Alternatively" after a line break, a list or a heading, 41 agreeing
     before, all after; then 150 from the twentieth probe, 114 agreeing before, 147 after; then 104 from the
     twenty-first (units, percents, intervals, chat templates, plain sentences after `</think>`), 90 agreeing at
-    4201bcc, all after). A change that flips one
+    4201bcc, all after, and 46 more, 34 agreeing at 4201bcc, 42 after). A change that flips one
     it agrees with fails here, and so does a known disagreement that comes to agree (drop its flag: the flags count
     what is left)."""
     import json
