@@ -1807,3 +1807,12 @@ def test_a_value_alone_after_think_is_the_answer():
     for ending in ("**42**", "$42$", "42.", "\\(42\\)\n"):
         assert math_score(think + ending, "42") and not math_score(think + ending, "41"), ending
     assert not math_score(think + "Let me think: 42", "42")
+
+
+def test_a_plain_sentence_after_think_reads_its_number_whole():
+    """After `</think>`, `The probability is 25%.` was read as 25 (wrong for 1/4) and `The solid is 3-dimensional.`
+    as the answer 3: the plain sentence's number is read whole, with its percent sign, and not inside a word."""
+    think = "<think>\nThe probability works out to one in four.\n</think>\n\n"
+    assert math_score(think + "The probability is 25%.", "\\frac{1}{4}")
+    assert math_score(think + "The probability is $25\\%$.", "\\frac{1}{4}")
+    assert not math_score(think + "So the solid is 3-dimensional.", "3")

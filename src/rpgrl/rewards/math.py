@@ -240,7 +240,8 @@ def _judged(response: str) -> tuple[str, str | None]:
 # draw the segments.`, `The minimum value is $-4$.`, `The answer should be 42.`): a number, or math holding a digit
 _PLAIN_STATEMENT = re.compile(
     r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were|(?:should|must)\s+be)\s+(?:equal\s+to\s+)?"
-    r"(?P<value>\$[^$\n]{0,200}?\d[^$\n]{0,200}?\$|[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?)(?![\d$])",
+    r"(?P<value>\$[^$\n]{0,200}?\d[^$\n]{0,200}?\$|[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?\\?%?)"
+    r"(?![\w$%-])",  # a number whole, with its percent sign (not `3-dimensional`, `25%` read as 25)
     re.IGNORECASE,
 )
 
