@@ -56,9 +56,13 @@ def plot_run(out: Path, png: Path | None = None) -> Path | None:
         part.unlink(missing_ok=True)
 
 
+def _is_run(folder: Path) -> bool:
+    return (folder / "metrics.jsonl").is_file() or (folder / "eval.jsonl").is_file()
+
+
 def main(argv: list[str]) -> int:
     args = list(argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args or any(a in ("-h", "--help") for a in args):
         print(USAGE)
         return 0
     try:
@@ -72,10 +76,16 @@ def main(argv: list[str]) -> int:
             args.pop(i)
         if png is not None and png.suffix.lower().lstrip(".") not in _FORMATS:
             raise UsageError(f"--out {png}: name a picture file ({', '.join('.' + f for f in _FORMATS)})")
+        unknown = [a for a in args if a.startswith("-")]
+        if unknown:  # a misspelt --out was counted as a second and third run directory
+            raise UsageError(f"unknown option {unknown[0]}; usage: rpgrl plot RUN_DIR [--out FILE.png|pdf|svg]")
         if len(args) != 1:
             raise UsageError(f"expected one run directory, got {len(args)}: {' '.join(args) or 'none'}")
         out = Path(args[0])
-        if not (out / "metrics.jsonl").is_file() and not (out / "eval.jsonl").is_file():
+        if out.is_file():
+            hint = f": rpgrl plot {out.parent} draws the run it is in" if _is_run(out.parent) else ""
+            raise UsageError(f"{out} is a file, not a run directory{hint}")
+        if not _is_run(out):
             raise UsageError(f"{out} holds no metrics.jsonl or eval.jsonl: not a run directory (rpgrl train --out)")
         try:
             import matplotlib  # noqa: F401
