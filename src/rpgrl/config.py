@@ -54,7 +54,8 @@ class ModelConfig:
     """tiny model only: share the input embedding and output head matrices (off: on the default task, tied
     embeddings made RL stall or collapse, since pushing down a wrong output token also moves its input embedding)"""
     chat_template: bool = True
-    """render prompts with the tokenizer's chat template when it has one (spec 7.5); the tiny model has none"""
+    """render prompts with the tokenizer's chat template when it has one (spec 7.5); the tiny model's has one
+    (`<|user|>` turns) with a data file, none on the synthetic task"""
 
 
 @dataclass(frozen=True)
