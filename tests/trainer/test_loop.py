@@ -1368,3 +1368,27 @@ def test_a_resume_of_the_synthetic_task_with_another_seed_is_refused(tmp_path, c
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "2", "--seed", "5"]) == 2
     err = capsys.readouterr().err
     assert "the synthetic task draws them by train.seed and data.num_train" in err and err.count("\n") == 1, err
+
+
+def test_rl_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):
+    """summary.json's rl_seconds counted the last process alone: a resume of a finished run at its end (nothing to
+    train) wrote about 1e-5 s over the run's time, and a run continued past its end counted only the new steps."""
+    import time
+
+    from rpgrl.trainer.checkpoint import load_newest
+
+    step = loop.training_step
+
+    def slow_step(run, n):  # every step takes at least 0.3 s more, so the sums are known from below
+        time.sleep(0.3)
+        return step(run, n)
+
+    monkeypatch.setattr(loop, "training_step", slow_step)
+    out = tmp_path / "run"
+    first = loop.train(tiny(("train.max_steps", "2")), out)["rl_seconds"]
+    saved = load_newest(out / "checkpoints")[1]["trainer"]["rl_seconds"]  # the time up to step 2's checkpoint
+    assert 0.6 <= saved <= first
+    again = loop.train(tiny(("train.max_steps", "2")), out, resume=True)["rl_seconds"]  # the end evaluated again
+    assert saved <= again <= saved + 0.1  # no step trained
+    assert json.loads((out / "summary.json").read_text())["rl_seconds"] == again
+    assert loop.train(tiny(("train.max_steps", "3")), out, resume=True)["rl_seconds"] >= saved + 0.3

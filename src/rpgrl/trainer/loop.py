@@ -341,11 +341,12 @@ def start_rl(run: Run, tracker, stop: StopSignals | None) -> None:
 
 def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, str | None, float]:
     """The training steps, each followed by logging, the collapse guard and maybe a checkpoint.
-    Returns (last step, why it stopped early or None, seconds)."""
+    Returns (last step, why it stopped early or None, seconds of RL in this run, the earlier processes' included)."""
     cfg, state = run.cfg, run.state
     metrics_file = MetricsFile(run.out / "metrics.jsonl")
     progress = Progress(cfg.train.max_steps, run.start_step, cfg.train.progress)
     rl_begin = last_save = time.perf_counter()
+    before = state.rl_seconds  # the checkpoint's: the steps a resume repeats are not counted twice
     step, stopped = run.start_step, _collapsed(cfg, state)  # a resumed run saved as it stopped: no further step
     last = run.start_step if stopped else cfg.train.max_steps
     for step in range(run.start_step + 1, last + 1):
@@ -379,6 +380,7 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
         signalled = stop is not None and stop.received is not None
         overdue = cfg.train.checkpoint_minutes and time.perf_counter() - last_save >= 60 * cfg.train.checkpoint_minutes
         if step % cfg.train.checkpoint_every == 0 or step == cfg.train.max_steps or stopped or signalled or overdue:
+            state.rl_seconds = before + time.perf_counter() - rl_begin
             _save(run, step)
             last_save = time.perf_counter()
         if on_step is not None:
@@ -395,7 +397,7 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
         print0(f"stopping at step {step}: {stopped}")
     progress.close()
     metrics_file.close()
-    return step, stopped, time.perf_counter() - rl_begin
+    return step, stopped, before + time.perf_counter() - rl_begin
 
 
 def _give_up_after(run: Run, step: int, row: dict[str, Any], outputs: tuple) -> None:

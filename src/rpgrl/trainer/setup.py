@@ -410,6 +410,8 @@ class RunState:
     """the warm start's statistics (steps, seconds, accuracies), None without one"""
     tracker: Any = None
     """`rpgrl.evaluation.EvalTracker` of the benchmarks' Last/Best, None without `eval.benchmarks`"""
+    rl_seconds: float = 0.0
+    """seconds of RL up to the last checkpoint, over every process of the run (summary.json's rl_seconds)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
