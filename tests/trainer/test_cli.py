@@ -848,3 +848,22 @@ def test_an_out_through_a_broken_link_is_named_before_anything_loads(capsys, tmp
     name = "it" if out == link else str(link)
     assert f"--out {out}: {name} is a link to " in err and "which leads to no folder" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["link"] + ["other"] * (kind == "loop"))
+
+
+def test_a_resume_that_changes_settings_names_them(capsys, finished_run, tmp_path):
+    """`--resume --loss.beta 0.5` trained on with the new value and rewrote config.json without a word, so nothing
+    said that the steps before ran with another beta: one line names each change (train.max_steps aside)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    argv = ["train", "--out", str(out), "--resume", "--max-steps", "3", "--loss.beta", "0.5", "--optim.lr", "0.002"]
+    assert rpgrl_main(argv) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--resume: changed")]
+    assert printed == [
+        "--resume: changed from the saved run: loss.beta 0.0001 -> 0.5, optim.lr 0.01 -> 0.002 (config.json now "
+        "holds the new values; the steps before ran with the saved ones)"
+    ]
+    assert json.loads((out / "config.json").read_text())["loss"]["beta"] == 0.5
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "4", "--loss.beta", "0.5"]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("--resume: changed")]

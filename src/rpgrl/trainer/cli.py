@@ -173,10 +173,27 @@ def _prepare(argv: list[str]):
     if args.out is not None:
         check_run_dir(Path(args.out), args.resume)  # before reading its config or loading anything
     cfg, name, base = resolve_config(args)
+    if args.resume:
+        _say_changes(base, cfg)
     from rpgrl.trainer.loop import train  # (imports first: a signal while they load leaves no directory behind)
 
     out = args.out or default_out(name, cfg.train.seed)
     return cfg, out, args.resume, functools.partial(train, base=base), args.out is None
+
+
+def _say_changes(saved: Config, cfg: Config) -> None:
+    """One line naming the settings a --resume changes besides train.max_steps: config.json is written again with
+    them, so the run directory no longer says that the steps before ran with the saved ones."""
+    changed = [k for k in _differences(saved, cfg) if k != "train.max_steps"]
+    if changed:
+
+        def value(c: Config, key: str):
+            section, field = key.split(".")
+            return getattr(getattr(c, section), field)
+
+        parts = ", ".join(f"{k} {value(saved, k)} -> {value(cfg, k)}" for k in changed)
+        print(f"--resume: changed from the saved run: {parts} (config.json now holds the new values; the steps "
+              "before ran with the saved ones)", flush=True)  # fmt: skip
 
 
 def default_out(name: str, seed: int) -> str:
