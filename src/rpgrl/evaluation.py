@@ -509,13 +509,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=32, help="samples per problem (default 32, as the paper)")
     p.add_argument("--out", default=None,
                    help="folder for metrics.json, samples.jsonl and passk_majk.png (default: print only)")  # fmt: skip
-    p.add_argument("--max-new-tokens", type=int, default=2048, help="response length limit (paper: 2048)")
+    p.add_argument("--max-new-tokens", type=int, default=2048,
+                   help="response length limit (default 2048, as the paper)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=8,
-                   help="problems per generation chunk (each has k rows; the draws depend on it)")  # fmt: skip
-    p.add_argument("--mode", choices=MODES, default="equiv", help="answer check: strict = the paper's rule")
+                   help="problems per generation chunk (default 8, each k rows; the draws depend on it)")  # fmt: skip
+    p.add_argument("--mode", choices=MODES, default="equiv",
+                   help="answer check (default equiv: math-verify equivalence; strict = the paper's rule)")  # fmt: skip
     p.add_argument("--limit-problems", type=int, default=None, help="first N problems of each benchmark")
-    p.add_argument("--max-prompt-length", type=int, default=2048, help="left-truncate prompts to this many tokens")
-    p.add_argument("--seed", type=seed_arg, default=0, help="sampling seed")
+    p.add_argument("--max-prompt-length", type=int, default=2048,
+                   help="left-truncate prompts to this many tokens (default 2048)")  # fmt: skip
+    p.add_argument("--seed", type=seed_arg, default=0, help="sampling seed (default 0)")
     return p
 
 
