@@ -111,13 +111,15 @@ def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
             import pyarrow.parquet as pq
         except ModuleNotFoundError:
             raise UsageError("reading parquet needs pyarrow: pip install 'rpgrl[math]'") from None
-        try:  # opened here: pyarrow takes only paths it can encode as UTF-8 (not a file name in another encoding)
-            f = open(p, "rb")  # noqa: SIM115 - closed below, its errors reported apart from pyarrow's
+        import pyarrow as pa
+
+        try:  # read here: pyarrow takes only paths it can encode as UTF-8 (not a file name in another encoding), and
+            with open(p, "rb") as f:  # pyarrow 26 reading a Python file object left threads that aborted the
+                data = f.read()  # process at exit (134): it reads the bytes
         except OSError as e:  # e.g. no read permission
             raise UsageError(f"cannot read data file {p}: {e.strerror}") from None
         try:
-            with f:
-                table = pq.read_table(f)
+            table = pq.read_table(pa.BufferReader(data))
             rows = table.to_pylist()
         except Exception as e:  # pyarrow raises several types for a corrupt / non-parquet file
             raise UsageError(f"{p}: not a readable parquet file ({first_line(e)})") from None
