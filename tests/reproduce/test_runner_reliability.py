@@ -260,6 +260,28 @@ def test_runs_all_cached_need_no_warm_start(tmp_path):
     assert [p.name for p in (tmp_path / "warmstart").iterdir()] == [warm_dir(tmp_path, WARM, 2).name]
 
 
+def test_the_suite_says_what_it_does_before_the_first_run_ends(tmp_path):
+    """`rpgrl reproduce --quick` printed nothing for minutes (a probe's): the warm starts came first, their logs
+    elsewhere. `say` gets the plan and each finished warm start, in order; a fully cached suite says nothing."""
+    from rpgrl.reproduce.runner import warm_dir
+
+    lines: list[str] = []
+    _suite(tmp_path, [1, 2], say=lines.append)
+    assert lines == [
+        f"2 of 2 runs to do (0 cached); first the warm start of seeds 1, 2 (logs in {tmp_path / 'warmstart'})",
+        f"warm start of seed 1 done: {warm_dir(tmp_path, WARM, 1)}",
+        f"warm start of seed 2 done: {warm_dir(tmp_path, WARM, 2)}",
+    ]
+    lines.clear()
+    _suite(tmp_path, [1, 2], say=lines.append)
+    assert lines == []
+    (run_dir(tmp_path, _jobs([2])[0]) / "record.json").unlink()
+    _suite(tmp_path, [1, 2, 3], say=lines.append)
+    assert (
+        lines[0] == f"2 of 3 runs to do (1 cached); first the warm start of seed 3 (logs in {tmp_path / 'warmstart'})"
+    )
+
+
 def test_a_warm_start_whose_model_was_deleted_is_made_again(tmp_path):
     """Its summary.json alone marked a warm start done: with its model deleted every run of the seed failed, and
     the same command again failed the same way."""

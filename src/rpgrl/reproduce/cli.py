@@ -171,7 +171,8 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
             acc = f"greedy {100 * rec['start']:.1f}% -> {100 * rec['final']:.1f}%"
             print(f"[{done[0]}] seed {job.seed} {job.key}: {acc} in {rec['wall_seconds']:.0f} s", flush=True)
 
-        run_all(out, warm, [j for _, _, j in plan], workers=jobs, commit=_commit(), on_done=progress)
+        run_all(out, warm, [j for _, _, j in plan], workers=jobs, commit=_commit(), on_done=progress,
+                say=lambda line: print(line, flush=True))  # fmt: skip
     runs: dict[str, dict[str, dict[int, dict]]] = {}
     named = set()
     for name, arm, job in plan:

@@ -171,6 +171,7 @@ def run_all(
     val_samples: int = 0,
     on_done: Callable[[Job, dict], None] | None = None,
     *,
+    say: Callable[[str], None] | None = None,
     run_fn: Callable[..., dict] | None = None,
     warm_fn: Callable[..., None] | None = None,
 ) -> dict[str, dict]:
@@ -182,8 +183,10 @@ def run_all(
     run or warm start raises at once (RunFailed; a UsageError raised by a run stays one), and SIGINT / SIGTERM / SIGHUP
     raise SuiteInterrupted: either way queued runs are cancelled and the workers killed, and the records written so
     far are kept, so the same call continues from there. `on_done(job, record)` is called in the order of `jobs` (a run
-    that finishes before an earlier one waits for it) for the runs done here. `run_fn` / `warm_fn` replace the worker
-    functions `_run` / `_warm_start` (tests: top-level functions, pickled by name, same arguments)."""
+    that finishes before an earlier one waits for it) for the runs done here. `say(line)` gets the plan (the runs to
+    do, the warm starts first and their logs) and each finished warm start, minutes apart at the default scale.
+    `run_fn` / `warm_fn` replace the worker functions `_run` / `_warm_start` (tests: top-level functions, pickled by
+    name, same arguments)."""
     from rpgrl.trainer.rundir import RunLock  # here, not at the top: it imports torch, which the workers import late
 
     run_fn, warm_fn = run_fn or _run, warm_fn or _warm_start
@@ -199,11 +202,14 @@ def run_all(
             why = read_record(run_dir(out, j))[1]
             if why is not None:
                 _say(f"rpgrl reproduce: {run_dir(out, j) / 'record.json'} cannot be used ({why}): the run starts again")
+        say = say or (lambda line: None)
+        say(_plan_line(out, warm_cfg, len(todo), len(unique), todo_warm))
         pool = _Workers(workers)
         try:
             wcfg = config_to_dict(warm_cfg)
             warm = {pool.submit(warm_fn, wcfg, s, str(warm_dir(out, warm_cfg, s))): s for s in todo_warm}
-            _gather(warm, lambda f: f"warm start {warm_dir(out, warm_cfg, warm[f])}", lambda f: None)
+            made = lambda f: say(f"warm start of seed {warm[f]} done: {warm_dir(out, warm_cfg, warm[f])}")  # noqa: E731
+            _gather(warm, lambda f: f"warm start {warm_dir(out, warm_cfg, warm[f])}", made)
             futures = {
                 pool.submit(
                     run_fn,
@@ -241,6 +247,16 @@ def run_all(
 
 def _records(out: Path, jobs: list[Job]) -> dict[str, dict]:
     return {run_dir(out, j).name: r for j in jobs if (r := cached_record(run_dir(out, j))) is not None}
+
+
+def _plan_line(out: Path, warm_cfg: Config, todo: int, total: int, warm_seeds: list[int]) -> str:
+    """What the suite is about to do, in one line: the runs to do, and the warm starts first with their logs."""
+    line = f"{todo} of {total} runs to do ({total - todo} cached)"
+    if warm_seeds:
+        seeds = ", ".join(map(str, warm_seeds))
+        logs = warm_dir(out, warm_cfg, warm_seeds[0]).parent  # each seed's <key>-s<seed>.log
+        line += f"; first the warm start of seed{'s' if len(warm_seeds) > 1 else ''} {seeds} (logs in {logs})"
+    return line
 
 
 def _missing_warm(out: Path, warm_cfg: Config, jobs: list[Job]) -> list[int]:
