@@ -48,8 +48,7 @@ def check_normalizer(normalizer: float | torch.Tensor | None) -> float | torch.T
     """ValueError unless `normalizer` is None or one finite number >= MIN_NORMALIZER (a zero, negative or NaN count
     would silently give an inf, sign-flipped or NaN loss, and a tiny one multiplies every gradient: at 1e-39 a loss
     of 0 came with infinite gradients), and a constant (a tensor that requires grad is refused). A tensor costs one
-    host sync. Returns it, a numpy scalar or 0-dim array as
-    Python's number, a Fraction as its float."""
+    host sync. Returns it, a numpy scalar or 0-dim array as Python's number, a Fraction as its float."""
     if normalizer is None:
         return None
     if not isinstance(normalizer, torch.Tensor):

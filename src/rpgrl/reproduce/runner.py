@@ -195,11 +195,11 @@ def run_all(
     if len(records) == len(unique):
         return records  # all cached: nothing runs (no warm start either: only a run to do needs its seed's)
     with RunLock(out), _StopOnSignals() as signals:
-        records = _records(out, unique)  # again under the lock: a suite that just ended may have added some
-        todo = [j for j in unique if run_dir(out, j).name not in records]
+        read = [(j, *read_record(run_dir(out, j))) for j in unique]  # again under the lock: a suite that just
+        records = {run_dir(out, j).name: r for j, r, _ in read if r is not None}  # ended may have added some
+        todo = [j for j, r, _ in read if r is None]
         todo_warm = _missing_warm(out, warm_cfg, todo)
-        for j in todo:  # a record.json that cannot be used: named, and the run starts again (never silently)
-            why = read_record(run_dir(out, j))[1]
+        for j, _, why in read:  # a record.json that cannot be used: named, and the run starts again (never silently)
             if why is not None:
                 _say(f"rpgrl reproduce: {run_dir(out, j) / 'record.json'} cannot be used ({why}): the run starts again")
         say = say or (lambda line: None)
