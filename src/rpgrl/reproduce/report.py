@@ -2,7 +2,8 @@
 
 Everything in `docs/results.md` is generated here from the records; nothing is typed by hand. A comparison's
 status follows from its 95% t interval of the per-seed difference and what the paper leads one to expect (below
-MIN_SEEDS paired seeds it is unresolved whatever the interval):
+MIN_SEEDS paired seeds it is unresolved whatever the interval; with every per-seed difference equal, it is resolved
+only by the exact sign-flip test, from 6 seeds on, `status`):
     higher   contradicts when the interval lies below 0; falls short when it lies below +margin (it rules out an
              advantage of the size that would reproduce the claim, even if one smaller than that is resolved);
              supports when it lies above 0; else unresolved
@@ -24,7 +25,16 @@ from typing import Any
 
 from rpgrl.config import Config, config_to_dict
 from rpgrl.reproduce.claims import Claim
-from rpgrl.reproduce.stats import LEVEL, MIN_SEEDS, Interval, holm, mean_interval, p_side, paired_difference
+from rpgrl.reproduce.stats import (
+    LEVEL,
+    MIN_SEEDS,
+    Interval,
+    holm,
+    mean_interval,
+    p_side,
+    paired_difference,
+    zero_spread,
+)
 
 LABELS = {
     "final": "greedy Last",
@@ -59,6 +69,16 @@ def untrained(record: dict) -> bool:
 
 
 def status(diff: Interval, expect: str, margin: float = 0.0) -> str:
+    """The comparison's status from its interval (the module's docstring); with no spread among the per-seed
+    differences (`stats.zero_spread`), a resolved status only where its test's p (`status_p`: the sign-flip test
+    there) is below ALPHA, so three equal differences are unresolved, as a zero-width interval proves nothing."""
+    found = _interval_status(diff, expect, margin)
+    if found in RESOLVED and zero_spread(diff) and not status_p(diff, expect, margin, found) < ALPHA:
+        return "unresolved"
+    return found
+
+
+def _interval_status(diff: Interval, expect: str, margin: float) -> str:
     if diff.n == 0 or math.isnan(diff.mean):
         return "no data"
     if diff.n < MIN_SEEDS:

@@ -73,14 +73,24 @@ def p_side(diff: Interval, bound: float, side: int, level: float = LEVEL) -> flo
     """p-value of the paired t test that the mean lies above `bound` (`side` +1) or below it (-1), doubled so that
     it is below 1 - `level` exactly when `diff`'s two-sided interval lies wholly on that side: 2 P(T > side (mean -
     bound) / se), capped at 1, with the standard error read back from the interval (se = half-width / t quantile).
-    NaN below two values."""
+    NaN below two values; with no spread (`zero_spread`), the sign-flip test's 2^(1 - n) on that side, else 1."""
     if diff.n < 2 or math.isnan(diff.low):
         return math.nan
-    se = (diff.high - diff.low) / 2 / t_quantile((1 + level) / 2, diff.n - 1)
     excess = side * (diff.mean - bound)
-    if se == 0:
-        return 0.0 if excess > 0 else 1.0
+    if zero_spread(diff):  # the exact sign-flip test: 1 of the 2^n sign patterns is as far out, doubled as above
+        return min(1.0, 2.0 ** (1 - diff.n)) if excess > 0 else 1.0
+    se = (diff.high - diff.low) / 2 / t_quantile((1 + level) / 2, diff.n - 1)
     return min(1.0, 2 * t_sf(excess / se, diff.n - 1))
+
+
+def zero_spread(diff: Interval) -> bool:
+    """Every value equal (up to float rounding: a width below 1e-9 of the bounds' size, or 1e-15): the t interval
+    has zero width and the t test's p would be 0 however few the values. Equal paired differences happen with
+    coarse metrics (a held-out accuracy in steps of 1/40) or arms that compute the same; with no spread to
+    measure, `p_side` takes the sign-flip test, which assumes no distribution: n equal differences on one side
+    give p = 2^(1 - n), below 5% from 6 seeds on."""
+    width = diff.high - diff.low
+    return diff.n >= 2 and width <= 1e-9 * max(abs(diff.low), abs(diff.high), 1e-6)
 
 
 def p_value(diff: Interval, shift: float = 0.0, level: float = LEVEL) -> float:
