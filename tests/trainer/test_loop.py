@@ -1392,3 +1392,30 @@ def test_rl_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):
     assert saved <= again <= saved + 0.1  # no step trained
     assert json.loads((out / "summary.json").read_text())["rl_seconds"] == again
     assert loop.train(tiny(("train.max_steps", "3")), out, resume=True)["rl_seconds"] >= saved + 0.3
+
+
+def test_wall_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):
+    """summary.json's wall_seconds (and the closing "s in total") were the last process's: after a resume of a
+    finished run at its end, below the run's own rl_seconds. They count every process up to its last checkpoint."""
+    import time
+
+    from rpgrl.trainer.checkpoint import load_newest
+
+    step = loop.training_step
+
+    def slow_step(run, n):
+        time.sleep(1.0)
+        return step(run, n)
+
+    monkeypatch.setattr(loop, "training_step", slow_step)
+    out = tmp_path / "run"
+    first = loop.train(tiny(("train.max_steps", "2")), out)
+    saved = load_newest(out / "checkpoints")[1]["trainer"]["wall_seconds"]  # up to step 2's checkpoint
+    assert first["rl_seconds"] <= first["wall_seconds"] and 2.0 <= saved <= first["wall_seconds"]
+    t = time.perf_counter()
+    again = loop.train(tiny(("train.max_steps", "2")), out, resume=True)  # the end evaluated again
+    spent = time.perf_counter() - t
+    assert saved <= again["wall_seconds"] <= saved + spent and again["rl_seconds"] <= again["wall_seconds"]
+    assert json.loads((out / "summary.json").read_text())["wall_seconds"] == again["wall_seconds"]
+    more = loop.train(tiny(("train.max_steps", "3")), out, resume=True)
+    assert more["wall_seconds"] >= load_newest(out / "checkpoints")[1]["trainer"]["wall_seconds"] >= saved + 1.0

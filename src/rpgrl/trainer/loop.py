@@ -113,6 +113,7 @@ def train(
     """
     t_begin = time.perf_counter()
     run = open_run(cfg, Path(out), resume, base)  # all input errors surface here, before `out` is touched
+    run.began = t_begin - run.state.wall_seconds  # the checkpoint's: the earlier processes' time
     with RunLock(run.out):  # one process per run directory
         _check_unchanged(run, resume)
         kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
@@ -121,7 +122,7 @@ def train(
         try:
             start_rl(run, tracker, stop)
             step, stopped, rl_time = rl_loop(run, tracker, on_step, stop)
-            return finish(run, tracker, step, stopped, rl_time, t_begin, stop)
+            return finish(run, tracker, step, stopped, rl_time, stop)
         except (UsageError, Diverged):  # a mistake found mid-run (a NaN reward, a learning rate far too large)
             if kept is not None and not run.saved:  # a resume that saved nothing leaves the run as it found it
                 tracker.close()
@@ -478,7 +479,7 @@ class EvalRewardFailed(RewardFailed):
         self.row = row
 
 
-def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_begin: float, stop) -> dict:
+def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, stop) -> dict:
     """Final evaluation on the averaged weights, exported model, curves, summary."""
     cfg, out, state = run.cfg, run.out, run.state
     if latest_checkpoint(out / "checkpoints") is None:  # no step and no warm start ran (--max-steps 0): the end's
@@ -507,7 +508,7 @@ def finish(run: Run, tracker, step: int, stopped: str | None, rl_time: float, t_
         "stopped": stopped,
         "sft": state.sft,
         "rl_seconds": rl_time,
-        "wall_seconds": time.perf_counter() - t_begin,
+        "wall_seconds": time.perf_counter() - run.began,
         "eval_problems": len(_eval_slice(run.task, cfg)[0]),
     }
     write_text_atomic(out / "summary.json", json.dumps(json_safe(summary), indent=2) + "\n")
@@ -964,6 +965,7 @@ def _save(run: Run, step: int) -> None:
     resume would only meet it again), else `Diverged`. A write that fails (disk full) leaves the older checkpoints
     and raises UsageError."""
     _check_policy_finite(run, step)
+    run.state.wall_seconds = time.perf_counter() - run.began
     state = {
         "step": step,
         "model": run.model.state_dict(),

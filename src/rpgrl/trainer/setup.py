@@ -412,6 +412,9 @@ class RunState:
     """`rpgrl.evaluation.EvalTracker` of the benchmarks' Last/Best, None without `eval.benchmarks`"""
     rl_seconds: float = 0.0
     """seconds of RL up to the last checkpoint, over every process of the run (summary.json's rl_seconds)"""
+    wall_seconds: float = 0.0
+    """seconds of the whole run (setup, warm start, RL, evaluations) up to the last checkpoint, over every process
+    of the run, each counted to its last checkpoint (summary.json's wall_seconds)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -446,6 +449,7 @@ class Run:
     newest_seen: Path | None = None  # the newest checkpoint when the run directory was checked (before the lock)
     last_eval: dict | None = None  # the latest periodic evaluation's row (`eval.every`), which `finish` may reuse
     end_aside: list = dataclasses.field(default_factory=list)  # (renamed, name): a finished run's end set aside
+    began: float = 0.0  # time.perf_counter() less the earlier processes' wall_seconds: the run's time is now - began
 
 
 # Bytes each position of a step's rollouts holds until its update, at the least: token ids and attention mask (int64),
