@@ -562,7 +562,14 @@ def test_rpgrl_eval_on_a_saved_char_tokenizer_model(tmp_path, capsys):
         ([], "the following arguments are required: --model, --data"),
         (["--model", "m", "--data", "x.jsonl", "--k", "many"], "argument --k: invalid int value: 'many'"),
         (["--model", "m", "--data", "x.jsonl", "--mode", "loose"], "argument --mode: invalid choice: 'loose'"),
-        (["--model", "m", "--data", "x.jsonl", "--seeed", "1"], "unrecognized arguments: --seeed 1"),
+        (
+            ["--model", "m", "--data", "x.jsonl", "--seeed", "1"],
+            "unrecognized arguments: --seeed 1; did you mean --seed?",
+        ),
+        # abbreviations were taken (`--limit 5` ran as --limit-problems 5) where `rpgrl train` refuses them
+        (["--model", "m", "--data", "x.jsonl", "--limit", "5"], "--limit 5; did you mean --limit-problems?"),
+        (["--mod", "m", "--data", "x.jsonl"], "unrecognized arguments: --mod; did you mean --mode or --model?"),
+        (["--data", "x.jsonl", "--mod=m"], "unrecognized arguments: --mod; did you mean --mode or --model?"),
     ],
 )
 def test_rpgrl_eval_argparse_errors_are_one_line(argv, match, capsys):

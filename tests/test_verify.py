@@ -35,6 +35,18 @@ def test_a_seed_out_of_range_is_one_line(capsys, seed, needle):
     assert needle in err and "\n" not in err
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [(["verify", "--voc", "2"], "--voc 2; did you mean --vocab?"),  # an abbreviation: taken before, as --vocab
+     (["reproduce", "--qu"], "unrecognized arguments: --qu; did you mean --quick?"),  # was: CLAIM is required
+     (["verify", "--zzz"], "unrecognized arguments: --zzz (see")],
+)  # fmt: skip
+def test_options_are_taken_whole_and_a_misspelt_one_is_named(capsys, argv, needle):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
+
+
 def test_main_prints_the_table(capsys):
     assert cli.main(["verify"]) == 0
     out = capsys.readouterr().out

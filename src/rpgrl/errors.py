@@ -116,7 +116,46 @@ def check_token_ids(prompts, vocab: int, what: str = "prompt") -> None:
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse for the `rpgrl` subcommands: a parse error raises UsageError (one line, exit code 2 from `rpgrl`)
-    instead of printing the usage block and exiting."""
+    instead of printing the usage block and exiting. Options are taken whole, as `rpgrl train` takes them: an
+    abbreviation (`--limit` for `--limit-problems`) is an unknown option, with the options it could mean named (a
+    script's abbreviation would otherwise change meaning, or fail, when an option is added)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        import sys
+
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        if message.startswith("the following arguments are required"):  # argparse checks these first: a
+            unknown = self._unknown()  # misspelt required option reads as missing, so the misspelling is named
+            message = f"unrecognized arguments: {unknown}" if unknown else message
+        raise UsageError(f"{message}{self._meant(message)} (see {self.prog} --help)")
+
+    def _unknown(self) -> str | None:
+        """The first `--option` of the parsed arguments that is none of this parser's (before a `--`)."""
+        known = {o for a in self._actions for o in a.option_strings}
+        for arg in getattr(self, "_argv", []):
+            if arg == "--":
+                break
+            if arg.startswith("--") and arg.split("=", 1)[0] not in known:
+                return arg.split("=", 1)[0]
+        return None
+
+    def _meant(self, message: str) -> str:
+        """'; did you mean --x?' for the first unknown option of an 'unrecognized arguments' message: the options it
+        begins, else the closest by spelling; '' when none is near."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        given = message.split(": ", 1)[1].split()[0].split("=", 1)[0]
+        if not given.startswith("--"):
+            return ""
+        known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
+        near = [o for o in known if o.startswith(given)] or difflib.get_close_matches(given, known, n=2, cutoff=0.75)
+        return f"; did you mean {' or '.join(near)}?" if near else ""
