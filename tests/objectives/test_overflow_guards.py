@@ -1299,3 +1299,26 @@ def test_helpers_take_the_losses_dtypes(dtype):
         with pytest.raises(ValueError, match=rf"^{name} has dtype torch.float\d\d but logp has torch.float\d\d; pass "):
             call()
     assert grpo_kl_term(f32, f32, f64, corrected=False).dtype == torch.float32  # old_logp unused uncorrected
+
+
+@pytest.mark.parametrize(
+    "term",
+    [lambda lp, a, s: anchored_kl_term(lp, a, s, direction="reverse"),
+     lambda lp, a, s: grpo_kl_term(lp, a, s, corrected=True),
+     lambda lp, a, s: kl_penalty(lp, a + 0.3, "mse") * 3e38],  # lr = 1.2: value 0.72 x 3e38, gradient 1.2 x 3e38
+    ids=["anchored-reverse", "grpo-corrected", "kl_penalty-mse-scaled"],
+)  # fmt: skip
+def test_a_kl_helper_whose_finite_term_has_an_overflowing_gradient_raises_in_backward(term):
+    """The public KL helpers had no `finite_gradient` net: w k3(pi_a / pi_theta) with w = e^88.5 and the anchor 1.5
+    nats below is 2.0e38, finite in float32, while its gradient, (k3 + 1 - pi_a / pi_theta) w = 4.1e38 in a float64
+    reference, reached logp as inf. Backward raises LossOverflow in one line naming the helper; float64 is unchanged."""
+    sampler, anchor = torch.tensor([-88.5]), torch.tensor([-1.5])
+    ref = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    term(ref, anchor.double(), sampler.double()).sum().backward()
+    assert F32_MAX < ref.grad.abs().item() < math.inf
+    lp = torch.zeros(1, requires_grad=True)
+    value = term(lp, anchor, sampler)
+    assert torch.isfinite(value).all(), value
+    with pytest.raises(LossOverflow, match=r"gradient overflows torch.float32 under a finite loss") as info:
+        value.sum().backward()
+    assert "\n" not in str(info.value)
