@@ -862,8 +862,16 @@ def test_a_resume_that_changes_settings_names_them(capsys, finished_run, tmp_pat
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--resume: changed")]
     assert printed == [
         "--resume: changed from the saved run: loss.beta 0.0001 -> 0.5, optim.lr 0.01 -> 0.002 (config.json now "
-        "holds the new values; the steps before ran with the saved ones)"
+        "holds the new values; the steps before ran with the saved ones, kept in config_changes.jsonl)"
     ]
     assert json.loads((out / "config.json").read_text())["loss"]["beta"] == 0.5
+    # the saved values were in the printed line alone: config_changes.jsonl keeps them, with the step they ran to
+    change = {
+        "step": 2,
+        "before": {"loss.beta": 0.0001, "optim.lr": 0.01},
+        "after": {"loss.beta": 0.5, "optim.lr": 0.002},
+    }
+    assert [json.loads(line) for line in (out / "config_changes.jsonl").read_text().splitlines()] == [change]
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "4", "--loss.beta", "0.5"]) == 0
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("--resume: changed")]
+    assert len((out / "config_changes.jsonl").read_text().splitlines()) == 1  # no change, no line

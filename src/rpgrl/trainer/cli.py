@@ -193,7 +193,7 @@ def _say_changes(saved: Config, cfg: Config) -> None:
 
         parts = ", ".join(f"{k} {value(saved, k)} -> {value(cfg, k)}" for k in changed)
         print(f"--resume: changed from the saved run: {parts} (config.json now holds the new values; the steps "
-              "before ran with the saved ones)", flush=True)  # fmt: skip
+              "before ran with the saved ones, kept in config_changes.jsonl)", flush=True)  # fmt: skip
 
 
 def default_out(name: str, seed: int) -> str:

@@ -150,7 +150,7 @@ def train(
 DIVERGED_HINT = "lower optim.lr; or loss.beta, optim.weight_decay or the reward's scale, if large"
 
 # What a resume rewrites before its first step (the new config; metrics and evaluations cut back to the checkpoint)
-RESUME_REWRITES = ("config.json", "metrics.jsonl", "eval.jsonl", "summary.json", "curves.png")
+RESUME_REWRITES = ("config.json", "config_changes.jsonl", "metrics.jsonl", "eval.jsonl", "summary.json", "curves.png")
 
 
 def _check_unchanged(run: Run, resume: bool) -> None:
@@ -217,6 +217,27 @@ def _put_back(aside: Path, out: Path) -> None:
     aside.rmdir()
 
 
+def _log_config_changes(out: Path, step: int, new: dict) -> None:
+    """A resume that changes settings (besides train.max_steps) appends {"step", "before", "after"} to
+    config_changes.jsonl, the keys as section.field, before config.json is written with the new values: the steps up
+    to `step` ran with the old ones, which config.json alone no longer says."""
+    try:
+        old = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none, or not readable (open_run has checked the one a resume reads)
+        return
+    before, after = _by_key(old), _by_key(new)
+    keys = sorted(k for k in before.keys() | after.keys() if k != "train.max_steps" and before.get(k) != after.get(k))
+    if keys:
+        line = {"step": step, "before": {k: before.get(k) for k in keys}, "after": {k: after.get(k) for k in keys}}
+        with open(out / "config_changes.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(json_safe(line)) + "\n")
+
+
+def _by_key(cfg: dict) -> dict:
+    """A config dict's values by "section.field"."""
+    return {f"{s}.{k}": v for s, sec in cfg.items() if isinstance(sec, dict) for k, v in sec.items()}
+
+
 def prepare_run_dir(run: Run):
     """The run directory: resolved config; metrics and evaluations cut back to the checkpoint (or, starting a run
     over, the files of the attempt that stopped before its first checkpoint removed). Returns the tracker."""
@@ -234,6 +255,8 @@ def prepare_run_dir(run: Run):
         print0(f"--resume: {out} has no checkpoint yet (the run stopped before its first one): starting it over")
         _remove(aside)
     out.mkdir(parents=True, exist_ok=True)
+    if resumed:
+        _log_config_changes(out, run.start_step, config_to_dict(cfg))
     write_text_atomic(out / "config.json", json.dumps(config_to_dict(cfg), indent=2) + "\n")  # first: a run killed
     (out / "checkpoints").mkdir(exist_ok=True)  # after it is resumed. Made now: a missing folder means deleted ones
     remove_leftovers(out / "checkpoints")  # of a kill mid-write or mid-prune (a finished run saves no more)
