@@ -1816,3 +1816,51 @@ def test_a_plain_sentence_after_think_reads_its_number_whole():
     assert math_score(think + "The probability is 25%.", "\\frac{1}{4}")
     assert math_score(think + "The probability is $25\\%$.", "\\frac{1}{4}")
     assert not math_score(think + "So the solid is 3-dimensional.", "3")
+
+
+def test_a_plain_statement_with_a_verb_of_measure_after_think_is_read():
+    """After `</think>`, `The walk takes 204 minutes.` was no answer (the plain sentence's verbs were "is", "are",
+    "equals", "should be"): "takes", "costs", "weighs", "measures", "comes to" state a value too; a question, a
+    sentence going on with math and reasoning without `</think>` stay no answer."""
+    think = "<think>\nThe walk is 17 km at 5 km/h, so it takes 204 minutes.\n</think>\n\n"
+    for ending, truth in (
+        ("The walk takes 204 minutes.", "204"),
+        ("So the ticket costs 12 dollars.", "12"),
+        ("The parcel weighs $3.5$ kg.", "3.5"),
+        ("The total comes to 45.", "45"),
+    ):
+        assert math_score(think + ending, truth) and not math_score(think + ending, "7"), ending
+    for ending in ("Does the walk take 204 minutes?", "The walk takes 204 minutes plus $3$.", "It takes 204 - 1."):
+        assert not math_score(think + ending, "204"), ending
+    assert not math_score("Let me think. The walk takes 204 minutes. Hmm, wait, I should check the", "204")
+
+
+def test_a_result_named_before_a_colon_after_think_is_read():
+    """After `</think>`, `The final count: 45` was no answer: a short phrase naming a result (`The final count`,
+    `Total`, `The probability`), a colon and a value alone is that value; a clause before the colon (`Let me think:
+    42`), math after the value, or no `</think>` is not."""
+    think = "<think>\nAdding the cases gives 45.\n</think>\n\n"
+    for ending, truth in (
+        ("The final count: 45", "45"),
+        ("Total: 45.", "45"),
+        ("So the minimum value: $-4$", "-4"),
+        ("The walking time: 204 minutes.", "204"),
+    ):
+        assert math_score(think + ending, truth) and not math_score(think + ending, "7"), ending
+    for ending in ("Let me think: 45", "The final count: 45 + 3", "Check the count: 45", "The final count: 45?"):
+        assert not math_score(think + ending, "45"), ending
+    assert not math_score("We add the cases.\n\nThe final count: 45", "45")
+    t0 = time.process_time()
+    for run in (" " * 40_000, "the " * 10_000, "count " * 7_000, "takes " * 7_000):
+        math_score(think + run + "count: 45", "45"), math_score(think + "The " + run + " takes 45", "45")
+    assert time.process_time() - t0 < 0.5
+
+
+def test_a_sentence_stating_two_quantities_after_think_is_no_answer():
+    """After `</think>`, `The sum is 5, and the product is 6.` read as 6 (its last stated value): a sentence stating
+    two different values states no one answer; a sentence stating one, or one value twice, reads as before."""
+    think = "<think>\nBy Vieta, the roots 2 and 3 give sum 5 and product 6.\n</think>\n\n"
+    for ending in ("The sum is 5, and the product is 6.", "The sum is $5$ and the product is $6$."):
+        assert not math_score(think + ending, "6") and not math_score(think + ending, "5"), ending
+    assert math_score(think + "The product is 6.", "6")
+    assert math_score(think + "The product is 6, so the answer is 6.", "6")

@@ -237,11 +237,27 @@ def _judged(response: str) -> tuple[str, str | None]:
 
 
 # a value stated by a verb in a plain sentence (`The number of valid arrangements is 42.`, `There are 113 ways to
-# draw the segments.`, `The minimum value is $-4$.`, `The answer should be 42.`): a number, or math holding a digit
-_PLAIN_STATEMENT = re.compile(
-    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were|(?:should|must)\s+be)\s+(?:equal\s+to\s+)?"
+# draw the segments.`, `The minimum value is $-4$.`, `The answer should be 42.`), a verb of measure too (`The walk
+# takes 204 minutes.`, `The ticket costs 12 dollars.`, `The total comes to 45.`): a number, or math holding a digit
+_PLAIN_VALUE = (
     r"(?P<value>\$[^$\n]{0,200}?\d[^$\n]{0,200}?\$|[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?\\?%?)"
-    r"(?![\w$%-])",  # a number whole, with its percent sign (not `3-dimensional`, `25%` read as 25)
+    r"(?![\w$%-])"  # a number whole, with its percent sign (not `3-dimensional`, `25%` read as 25)
+)
+_PLAIN_STATEMENT = re.compile(
+    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were|(?:should|must)\s+be|takes|took"
+    r"|costs?|weigh(?:s|ed)|measure(?:s|d)|totals|(?:comes|came|amounts)\s+to)\s+(?:equal\s+to\s+)?" + _PLAIN_VALUE,
+    re.IGNORECASE,
+)
+# a result named before a colon and its value (`The final count: 45`, `Total: 45`, `The walking time: 204 minutes`):
+# a short noun phrase ending in a word for a result (a determiner only first: not `Check the count: 45`), not a
+# clause (`Let me think: 42`)
+_RESULT_NOUN = (
+    r"(?:count|total|sum|result|value|number|product|difference|quotient|remainder|area|perimeter|volume|length"
+    r"|distance|time|probability|minimum|maximum|cost|price|amount|ratio|score|age|speed)"
+)
+_NAMED_RESULT = re.compile(
+    r"(?:(?:so|thus|hence|therefore|finally)\s*,?\s+)?(?:(?:the|our|my)\s+)?(?:(?!(?:the|a|an|our|my)\s)[A-Za-z-]+\s+)"
+    rf"{{0,3}}?{_RESULT_NOUN}\s*:\s*{_PLAIN_VALUE}(?:\s+(?P<unit>[A-Za-z][A-Za-z /]{{0,40}}))?",
     re.IGNORECASE,
 )
 
@@ -255,14 +271,18 @@ def _stated_plainly(tail: str) -> str | None:
     nothing else there gives an answer: the reasoning is above it, so the sentence closing its summary states the
     answer ("The number of valid arrangements is 42."). Its last stated value, nothing after it but words (`, since
     each block can be rotated`; after "there are", a noun phrase: `9 such dates in 2023`); not a question, nor a
-    sentence that goes on with another value or math (`is 42 minus $3$`). A text that is a value alone (`**42**`,
-    `_LONE_VALUE`) is that value."""
+    sentence that goes on with another value or math (`is 42 minus $3$`), nor one stating two different values
+    (`The sum is 5, and the product is 6.`: two quantities, no one answer). A text that is a value alone (`**42**`,
+    `_LONE_VALUE`) is that value; a result named before a colon (`The final count: 45`, `_NAMED_RESULT`) too."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
     if len(tail) <= 4 * MAX_ANSWER_CHARS and _LONE_VALUE.fullmatch(clean_answer(text)):
         return text
     sentence = _SENTENCE_END.split(text.rsplit("\n", 1)[-1])[-1]
+    if (named := _NAMED_RESULT.fullmatch(sentence)) is not None:
+        unit = named.group("unit")
+        return named.group("value") if unit is None or _is_unit(unit) else None
     said = list(_PLAIN_STATEMENT.finditer(sentence))
-    if not said or sentence.endswith("?"):
+    if not said or sentence.endswith("?") or len({clean_answer(m.group("value")) for m in said}) > 1:
         return None
     m, after = said[-1], sentence[said[-1].end() :]
     if re.search(r"[$\\]", after) or (m.group("there") is None and re.search(r"\d", after)):
