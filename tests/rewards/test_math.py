@@ -1864,3 +1864,20 @@ def test_a_sentence_stating_two_quantities_after_think_is_no_answer():
         assert not math_score(think + ending, "6") and not math_score(think + ending, "5"), ending
     assert math_score(think + "The product is 6.", "6")
     assert math_score(think + "The product is 6, so the answer is 6.", "6")
+
+
+def test_a_value_rejected_inside_the_answer_is_dropped():
+    """`Answer: x = 3 or x = -2 (rejected, since x > 0)` was a hedge (wrong for 3): a value the answer itself rejects
+    right after it (`(rejected)`, `(extraneous)`, `, which is extraneous`) is no value offered; the one left is the
+    answer. Two values kept, or none, stay a hedge."""
+    for answer in (
+        "x = 3 or x = -2 (rejected, since x > 0)",
+        "$x = -2$ (extraneous) or $x = 3$",
+        "x = 3 or x = -2, which is extraneous",
+        "3 or -2 (not valid, as lengths are positive)",
+    ):
+        response = "We solve the quadratic.\n\nAnswer: " + answer
+        assert math_score(response, "3") and not math_score(response, "-2"), answer
+    for answer in ("x = 3 or x = -2", "x = 3 or x = -2 (both valid)", "3 (rejected) or -2 (rejected)",
+                   "x = 3 or x = -2 (not rejected)", "x = 3 or x = 4 or x = -2 (rejected)"):  # fmt: skip
+        assert not math_score("We solve the quadratic.\n\nAnswer: " + answer, "3"), answer

@@ -696,6 +696,28 @@ _OR_PARTS = re.compile(
 )  # between a hedge's values
 
 
+# a remark right after a value in the answer's own text that rejects it (`x = -2 (rejected, since x > 0)`, `-2
+# (extraneous)`, `-2, which is extraneous`, `-2 — not valid`); a negation before the word rejects nothing (`(not
+# rejected)`)
+_REJECTED_REMARK = re.compile(
+    rf"(?:\(\s*|,\s*(?:which\s+(?:is|was)\s+|but\s+(?:it|this)\s+is\s+)?|\s*{_DASH}\s*)"
+    r"(?:rejected|extraneous|discarded|excluded|invalid|impossible"
+    r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))(?![A-Za-z])[^()]*\)?$",
+    re.IGNORECASE,
+)
+
+
+def without_rejected(answer: str) -> str:
+    """The one value of a hedge (`4 or 5`: "or" parts, `_OR_PARTS`) that the answer does not reject itself right
+    after it (`_REJECTED_REMARK`: `x = 3 or x = -2 (rejected, since x > 0)` reads as `x = 3`, as a grader reads it:
+    a value struck out is not offered), else `answer` as it is (no value rejected, two or none left)."""
+    if len(answer) > MAX_ANSWER_CHARS or not _OR_WORD.search(answer):
+        return answer
+    parts = [_END_MARKS.sub("", _without_separator(p)).strip() for p in _OR_PARTS.split(answer)]
+    kept = [p for p in parts if not ((m := _REJECTED_REMARK.search(p)) and re.search(r"\d", p[: m.start()]))]
+    return kept[0] if len(kept) == 1 < len(parts) and re.search(r"\d", kept[0]) else answer
+
+
 def values_offered(hedge: str) -> list[str]:
     """The values a hedge (`is_hedge`) offers, raw (`_values_offered`), each without the parenthesis and end marks
     its "or" left (`_unparenthesized`)."""

@@ -25,7 +25,14 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
-from rpgrl.rewards.hedges import alternative_to_label, box_run, corrects, is_hedge, values_offered
+from rpgrl.rewards.hedges import (
+    alternative_to_label,
+    box_run,
+    corrects,
+    is_hedge,
+    values_offered,
+    without_rejected,
+)
 from rpgrl.rewards.notation import bracket_end
 from rpgrl.rewards.presentation import (
     _DELIMITERS,
@@ -501,7 +508,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     """equiv mode. A final answer (`extract_final_answer`) that hedges (`is_hedge`: `540 or 541`, `$540$, $541$`
     for 540) is wrong unless every value it offers equals the ground truth (one value written twice: `\\boxed{12}`
     then `\\boxed{12.0}`, `$\\frac{1}{2}$ or $0.5$`; `_offers_one_value`). An answer that states a value and then
-    only restates it (`540 (37 + 503)`, `540, since 540 = 4 \\cdot 135`; `_restated_value`) is that value.
+    only restates it (`540 (37 + 503)`, `540, since 540 = 4 \\cdot 135`; `_restated_value`) is that value; a value
+    it rejects itself is no value offered (`x = 3 or x = -2 (rejected)` is `x = 3`; `hedges.without_rejected`).
     Otherwise it is correct iff any of, in order:
 
     1. its authors' normalisation equals the ground truth's (so strict-correct implies equiv-correct where both
@@ -521,6 +529,7 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     # response was right for two values, `Answer: 42` then `**Answer**: 41`)
     if answer is None or len(answer) > MAX_ANSWER_CHARS:  # before any regex: the authors' rules are quadratic
         return False
+    answer = without_rejected(answer)  # `x = 3 or x = -2 (rejected, since x > 0)`: x = 3
     gold = clean_answer(ground_truth)
     budget = _Budget(timeout)  # every math-verify call below shares the one budget
     if is_hedge(answer, ground_truth):
