@@ -1881,3 +1881,14 @@ def test_a_value_rejected_inside_the_answer_is_dropped():
     for answer in ("x = 3 or x = -2", "x = 3 or x = -2 (both valid)", "3 (rejected) or -2 (rejected)",
                    "x = 3 or x = -2 (not rejected)", "x = 3 or x = 4 or x = -2 (rejected)"):  # fmt: skip
         assert not math_score("We solve the quadratic.\n\nAnswer: " + answer, "3"), answer
+
+
+def test_a_value_offered_for_another_case_after_the_box_is_a_hedge():
+    """`The length is $\\boxed{3}$ — or $4$ in that case.` read as 3 (the words after the value were no condition
+    the rule knew): "in that case", "in which case", "otherwise" set a condition as "if" does, so the value after
+    the "or" is offered; a value in a unit after the "or" still restates the box (`— or $300$ in centimeters`)."""
+    for tail in ("— or $4$ in that case.", ", or 4 in which case the endpoint counts.", "(or $4$ otherwise).",
+                 "— or $4$ in the other case."):  # fmt: skip
+        response = "If the endpoint is excluded, the length is $\\boxed{3}$ " + tail
+        assert not math_score(response, "3") and not math_score(response, "4"), tail
+    assert math_score("The length is $\\boxed{3}$ — or $300$ in centimeters.", "3")

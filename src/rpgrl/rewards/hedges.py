@@ -328,13 +328,13 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     if _converted(rest):  # `\\boxed{3} — or $300$ if measured in centimeters`: the value in another unit
         return ""
     # a value and words after it: another value when hedged or conditional (`, or perhaps 14 apples`, `(or 18 if we
-    # count the empty set)`), judged without the words; else the words restate it (`or 125 cents`, `or -5, which
-    # is rejected`)
+    # count the empty set)`, `— or $4$ in that case`), judged without the words; else the words restate it (`or 125
+    # cents`, `or -5, which is rejected`)
     value = _LONE_VALUE.match(rest)
     word = _WORD_AFTER_VALUE.match(rest, value.end()) if value else None
     # (not "or else" and a clause: "otherwise", a reason: `\\boxed{5}, or else $2$ of the points would coincide`)
     hedged = hedged and not hedged.group().lower().startswith("else")
-    if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS):
+    if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS or _OTHER_CASE.match(rest, word.start())):
         return sentence[: m.end()] + " " + value.group().strip()
     return ""
 
@@ -600,6 +600,10 @@ _ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
 _WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
 # `or 14 if ...`, `or 5 with the empty set`, `or 6 including the stop`
 _CONDITIONS = frozenset("if when whenever unless depending assuming provided with without including excluding".split())
+# a case named as a condition (`— or $4$ in that case`, `, or 4 in which case ...`, `(or $4$ otherwise)`): read as "if"
+_OTHER_CASE = re.compile(
+    r"(?:in\s+(?:that|this|which|the\s+other|either|such\s+a)\s+case|otherwise)(?![A-Za-z])", re.IGNORECASE
+)
 # a word after "or" that offers another value, hedged; "or else" too (`$\boxed{12}$, or else 13` and `13, or else
 # \boxed{12}` were right for 12: "else" read as words restating it); not "or at least 12", which restates
 _HEDGING = r"(?:(?:maybe|perhaps|possibly|probably)(?:[\s,]+even)?|else)"  # `or maybe even 13` too
