@@ -1892,3 +1892,14 @@ def test_a_value_offered_for_another_case_after_the_box_is_a_hedge():
         response = "If the endpoint is excluded, the length is $\\boxed{3}$ " + tail
         assert not math_score(response, "3") and not math_score(response, "4"), tail
     assert math_score("The length is $\\boxed{3}$ — or $300$ in centimeters.", "3")
+
+
+def test_two_boxes_of_one_quantity_with_words_after_the_unit_are_one_answer():
+    """`The road is $\\boxed{5}$ km or $\\boxed{5000}$ m long.` was wrong for 5 and for 5000 (the last unit was read
+    with the word after it, `m long`, then not at all; `m in total` as `min`, minutes): a unit of a known size right
+    after the last box is read alone."""
+    for tail in ("long.", "in total.", "away from the station."):
+        response = "The road is $\\boxed{5}$ km or $\\boxed{5000}$ m " + tail
+        assert math_score(response, "5") and math_score(response, "5000"), tail
+        assert not math_score(response, "500"), tail
+    assert not math_score("The road is $\\boxed{5}$ km or $\\boxed{500}$ m long.", "5")

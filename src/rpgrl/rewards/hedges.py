@@ -26,6 +26,7 @@ from rpgrl.rewards.presentation import (
     _boxes,
     _is_unit,
     clean_answer,
+    unit_scale,
 )
 
 # a dash that sets off an "or" as a comma does (`\boxed{3} — or 5`, `4 --- or \boxed{5}`): an em dash, an en dash,
@@ -78,9 +79,24 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         j0, c0 = boxes[first]
         run = text[start : j0 + len(c0) + 2] + " or " + text[text.rfind("\\", 0, j) : end]
     runs = first < len(boxes) - 1 and not alternative  # boxes a separator or a unit and "or" part (`_unit_gap`)
-    if runs and not hedge and (unit := _UNIT_BEFORE_OR.match(text, end)) and _is_unit(unit.group(1)):
-        run = text[start : unit.end()]  # `$\\boxed{5}$ km or $\\boxed{5000}$ m`: each value with its unit
+    if runs and not hedge and (unit_end := _unit_end(text, end)) is not None:
+        run = text[start:unit_end]  # `$\\boxed{5}$ km or $\\boxed{5000}$ m`: each value with its unit
     return before + run + hedge
+
+
+# the first word after a box (`m` of `$\boxed{5000}$ m long`, `\text{ m}`)
+_WORD_AFTER_BOX = re.compile(r"[ \t$]*(?:\\text\s*\{\s*)?([A-Za-z]+)(?![A-Za-z])[ \t]*\}?")
+
+
+def _unit_end(text: str, end: int) -> int | None:
+    """Where the unit after a run's last box (ending at `end`) ends: a unit of a known size alone (`unit_scale`: `m`
+    of `m long`, of `m in total`, which read as one unit was no unit, or `min`), else one or two words that name a
+    unit (`_UNIT_BEFORE_OR`, `_is_unit`: `subsets`, `square units`); None when no unit follows."""
+    if (word := _WORD_AFTER_BOX.match(text, end)) and unit_scale(word.group(1)) is not None:
+        return word.end()
+    if (unit := _UNIT_BEFORE_OR.match(text, end)) and _is_unit(unit.group(1)):
+        return unit.end()
+    return None
 
 
 # a unit after a box, then "or" before the next box (`$\boxed{5}$ km or $\boxed{5000}$ m`, `\boxed{4} subsets or
