@@ -1903,3 +1903,30 @@ def test_two_boxes_of_one_quantity_with_words_after_the_unit_are_one_answer():
         assert math_score(response, "5") and math_score(response, "5000"), tail
         assert not math_score(response, "500"), tail
     assert not math_score("The road is $\\boxed{5}$ km or $\\boxed{500}$ m long.", "5")
+
+
+def test_two_boxes_of_one_quantity_joined_by_and_are_their_sum():
+    """`It takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes.` was read as 30 alone: boxed parts of one amount in
+    descending units of one quantity (`presentation.unit_scale`), joined by "and" or a comma, each smaller part less
+    than one of the unit before it, are one answer, their sum, right in any unit they use (150 minutes, 2.5 hours).
+    Other boxes joined by "and" are not added (ascending units, a part of a full unit or more, other units)."""
+    for response, truths, wrong in (
+        ("It takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", ("150", "2.5", "\\frac52"), ("30", "2", "32")),
+        ("The board is $\\boxed{5}$ feet and $\\boxed{3}$ inches long.", ("63", "5.25"), ("3", "5", "8")),
+        ("It costs $\\boxed{3}$ dollars, $\\boxed{25}$ cents.", ("325", "3.25"), ("25", "28")),
+        ("It takes $\\boxed{2\\text{ h}}$ and $\\boxed{30\\text{ min}}$.", ("150", "2.5"), ("30", "2")),
+        ("It takes $\\boxed{1}$ hour, $\\boxed{2}$ minutes and $\\boxed{5}$ seconds.", ("3725",), ("5", "62")),
+    ):
+        assert all(math_score(response, t) for t in truths), response
+        assert not any(math_score(response, t) for t in wrong), response
+    for response, truth in (
+        ("It takes $\\boxed{30}$ minutes and $\\boxed{2}$ hours.", "150"),
+        ("It takes $\\boxed{2}$ hours and $\\boxed{90}$ minutes.", "210"),
+        ("It takes $\\boxed{2}$ hours and $\\boxed{30}$ km.", "150"),
+    ):
+        assert not math_score(response, truth), response
+    assert math_score("It takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "2, 30")  # both parts asked
+    t0 = time.process_time()
+    for run in ("$\\boxed{1}$ hours and " * 20_000, "\\boxed{2} hours, " * 20_000, "\\boxed{2} " + "h" * 100_000):
+        math_score(run + "$\\boxed{30}$ minutes", "150")
+    assert time.process_time() - t0 < 0.5

@@ -26,6 +26,7 @@ from rpgrl.rewards.presentation import (
     _boxes,
     _is_unit,
     clean_answer,
+    compound_amount,
     unit_scale,
 )
 
@@ -56,7 +57,7 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
         gap = text[j + len(c) + 2 : command]
         if len(gap) > 40 or "\n\n" in gap:  # a paragraph apart: no run
             break
-        if not (_BOX_GAP.fullmatch(gap) or _unit_gap(gap)):
+        if not (_BOX_GAP.fullmatch(gap) or _unit_gap(gap) or _parts_of_one_amount(text, boxes, first)):
             break
         first -= 1
     previous_end = boxes[first - 1][0] + len(boxes[first - 1][1]) + 2 if first > 0 else 0
@@ -97,6 +98,21 @@ def _unit_end(text: str, end: int) -> int | None:
     if (unit := _UNIT_BEFORE_OR.match(text, end)) and _is_unit(unit.group(1)):
         return unit.end()
     return None
+
+
+# a unit after a box, then "and" or a comma before the next box (`$\boxed{2}$ hours and $\boxed{30}$ minutes`)
+_UNIT_AND_GAP = re.compile(r"[ \t$]*(?:\\text\s*\{\s*)?([A-Za-z]+)[ \t]*\}?[ \t$]*(?:,?[ \t]*and|,)[ \t$]*")
+
+
+def _parts_of_one_amount(text: str, boxes: list[tuple[int, str]], i: int) -> bool:
+    """Whether boxes `i - 1` and `i` of `text` are parts of one amount, each with its unit after it, "and" or a comma
+    between them (`$\\boxed{2}$ hours and $\\boxed{30}$ minutes`: `presentation.compound_amount`)."""
+    (j0, c0), (j1, c1) = boxes[i - 1], boxes[i]
+    gap = _UNIT_AND_GAP.fullmatch(text, j0 + len(c0) + 2, text.rfind("\\", 0, j1))
+    unit = _WORD_AFTER_BOX.match(text, j1 + len(c1) + 2)
+    return (
+        gap is not None and unit is not None and compound_amount([(c0, gap.group(1)), (c1, unit.group(1))]) is not None
+    )
 
 
 # a unit after a box, then "or" before the next box (`$\boxed{5}$ km or $\boxed{5000}$ m`, `\boxed{4} subsets or

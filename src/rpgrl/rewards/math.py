@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from rpgrl.rewards import Reward, register_reward
 from rpgrl.rewards.hedges import (
+    _MANY_VALUES,
     alternative_to_label,
     box_run,
     corrects,
@@ -45,6 +46,7 @@ from rpgrl.rewards.presentation import (
     _boxes,
     _is_unit,
     clean_answer,
+    compound_amount,
     unit_scale,
 )
 
@@ -532,6 +534,8 @@ def equiv_correct(response: str, ground_truth: str, *, timeout: float = 1.0) -> 
     answer = without_rejected(answer)  # `x = 3 or x = -2 (rejected, since x > 0)`: x = 3
     gold = clean_answer(ground_truth)
     budget = _Budget(timeout)  # every math-verify call below shares the one budget
+    if (amount := _amount_in_parts(answer)) is not None and not _MANY_VALUES.search(gold):
+        return _amount_equivalent(amount, gold, budget)  # `\\boxed{2} hours and \\boxed{30} minutes`: 150 minutes
     if is_hedge(answer, ground_truth):
         return _offers_one_value(answer, gold, budget)
     if normalize_answer(answer) == normalize_answer(ground_truth):
@@ -623,6 +627,44 @@ def _one_quantity(raw: list[str]) -> bool:
         amounts.add((scale[0], Fraction(m.group("number")) * scale[1]))
         scales.add(scale)
     return len(amounts) == 1 and len(scales) == len(raw)
+
+
+# a part of an amount written in parts (`\boxed{2}$ hours and`, `\boxed{30\text{ min}}`): a boxed number >= 0,
+# its unit inside the box or after it, "and" or a comma after it
+_AMOUNT_PART = re.compile(
+    r"[\s$]*\\boxed\{\s*(?P<number>\d{1,30}(?:\.\d{1,30})?)\s*(?:\\[ ,;!]\s*)*"
+    r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?P<inside>[A-Za-z]{1,20})\s*\}|(?P<bare>[A-Za-z]{1,20}))?\s*\}"
+    r"[\s$]*(?:\\text\s*\{\s*)?(?P<after>(?!and(?![A-Za-z]))[A-Za-z]{1,20})?\s*\}?[\s$]*"
+    r"(?:,?\s*and(?![A-Za-z])|,)?"
+)
+
+
+def _amount_in_parts(answer: str) -> tuple[Fraction, list[Fraction]] | None:
+    """(amount, sizes of its units) when the raw `answer` is boxed parts of one amount and nothing else (`\\boxed{2}$
+    hours and $\\boxed{30}$ minutes`, as `hedges.box_run` reads them: `presentation.compound_amount`), else None."""
+    text, parts, pos = _END_MARKS.sub("", answer.strip()), [], 0
+    while pos < len(text) and len(parts) < MAX_OFFERED:
+        m = _AMOUNT_PART.match(text, pos)
+        units = [u for u in (m.group("inside"), m.group("bare"), m.group("after")) if u] if m else []
+        if len(units) != 1 or m.end() == pos:  # one unit each, inside the box or after it
+            return None
+        parts.append((m.group("number"), units[0]))
+        pos = m.end()
+    return compound_amount(parts) if pos == len(text) else None
+
+
+def _amount_equivalent(amount: tuple[Fraction, list[Fraction]], gold: str, budget: _Budget) -> bool:
+    """Whether an amount in parts (`_amount_in_parts`) is the cleaned ground truth `gold` in one of the units it is
+    written in (`2 hours and 30 minutes`: 150 or 2.5; the question names the unit, the truth does not)."""
+    total, sizes = amount
+    for size in sizes:
+        value = total / size
+        latex = (
+            str(value.numerator) if value.denominator == 1 else f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+        )
+        if _cleaned_equivalent(latex, gold, budget):
+            return True
+    return False
 
 
 def _is_percent(value: str) -> bool:

@@ -162,3 +162,24 @@ def unit_scale(words: str) -> tuple[str, Fraction] | None:
     """(quantity, size in its base unit) of a unit named by `words` (`km`, `hours`, `\\text{ cm}`), else None."""
     word = re.sub(r"\\(?:text|textrm|mathrm|mbox)\s*\{|[{}\s.,;]", "", words).lower()
     return _SCALES.get(word)
+
+
+_PART_NUMBER = re.compile(r"\s*\d{1,30}(?:\.\d{1,30})?\s*")
+
+
+def compound_amount(parts: list[tuple[str, str]]) -> tuple[Fraction, list[Fraction]] | None:
+    """(the amount in its quantity's base unit, the sizes of the units used) of one amount written in parts, each a
+    (number, unit) pair (`2 hours and 30 minutes`, `5 feet and 3 inches`, `3 dollars, 25 cents`), as a reader adds
+    them up; None unless that sum is beyond doubt: two parts at least, each a number >= 0 in a known unit
+    (`unit_scale`) of one quantity, each unit smaller than the one before it and each later part less than one of
+    that unit (`2 hours and 90 minutes`, `30 minutes and 2 hours` may be two answers: not added)."""
+    if len(parts) < 2 or not all(_PART_NUMBER.fullmatch(number) for number, _ in parts):
+        return None
+    scales = [unit_scale(unit) for _, unit in parts]
+    if any(scale is None for scale in scales) or len({quantity for quantity, _ in scales}) > 1:
+        return None
+    values, sizes = [Fraction(number.strip()) for number, _ in parts], [size for _, size in scales]
+    for k in range(1, len(parts)):
+        if not (sizes[k] < sizes[k - 1] and values[k] * sizes[k] < sizes[k - 1]):
+            return None
+    return sum(v * size for v, size in zip(values, sizes, strict=True)), sizes
