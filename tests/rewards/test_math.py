@@ -1497,9 +1497,9 @@ def test_a_judged_corpus_keeps_every_verdict_it_agrees_with():
     at a reason restating the value and "Alternatively" after a line break, a list or a heading, 41 agreeing
     before, all after; then 150 from the twentieth probe, 114 agreeing before, 147 after; then 104 from the
     twenty-first (units, percents, intervals, chat templates, plain sentences after `</think>`), 90 agreeing at
-    4201bcc, all after, and 46 more, 34 agreeing at 4201bcc, 42 after). A change that flips one
-    it agrees with fails here, and so does a known disagreement that comes to agree (drop its flag: the flags count
-    what is left)."""
+    4201bcc, all after, and 46 more, 34 agreeing at 4201bcc, 42 after, all after its leftovers were fixed). A
+    change that flips one it agrees with fails here, and so does a known disagreement that comes to agree (drop its
+    flag: the flags count what is left)."""
     import json
     from pathlib import Path
 
