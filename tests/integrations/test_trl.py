@@ -41,7 +41,7 @@ class RecordingTrainer(RPGTrainer):
         return super()._compute_loss(model, inputs)
 
 
-def make_trainer(tmp_path, *, seed=0, reward_funcs=count_ones, **overrides):
+def make_trainer(tmp_path, *, seed=0, reward_funcs=count_ones, trainer_kwargs=None, **overrides):
     tok = build_char_tokenizer("0123456789+=")
     model = build_tiny_model(tok, hidden=32, layers=2, heads=2, kv_heads=1, ffn=64, seed=seed)
     settings = dict(
@@ -70,7 +70,7 @@ def make_trainer(tmp_path, *, seed=0, reward_funcs=count_ones, **overrides):
     args = RPGConfig(**settings)
     trainer = RecordingTrainer(
         model, reward_funcs, args=args, train_dataset=datasets.Dataset.from_dict({"prompt": PROMPTS * 4}),
-        processing_class=tok,
+        processing_class=tok, **(trainer_kwargs or {}),
     )  # fmt: skip
     trainer.seen = []
     return trainer
@@ -437,6 +437,103 @@ def test_a_weighted_reward_sum_past_float32_is_named(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=1, reward_funcs=[count_ones, large], reward_weights=[1.0, 1e30])
     with pytest.raises(ValueError, match=r"^RPGTrainer: the weighted sum of the rewards of completion 3 \(reward_"):
         trainer.train()
+
+
+def nan_at_1(completions, **kwargs):
+    """NaN for the second completion, as a float."""
+    return [math.nan if i == 1 else 0.0 for i in range(len(completions))]
+
+
+async def nan_at_1_async(completions, **kwargs):
+    """NaN for the second completion, as numpy's float32, from an async function (TRL runs it on its own loop)."""
+    import numpy as np
+
+    return [np.float32("nan") if i == 1 else 0.0 for i in range(len(completions))]
+
+
+class NaNAt1:
+    """A callable object (no __name__ of its own) giving a one-element tensor NaN for the second completion."""
+
+    def __call__(self, completions, **kwargs):
+        return [torch.tensor(math.nan) if i == 1 else 0.0 for i in range(len(completions))]
+
+
+@pytest.mark.parametrize(
+    "func, name", [(nan_at_1, "nan_at_1"), (nan_at_1_async, "nan_at_1_async"), (NaNAt1(), "NaNAt1")]
+)
+def test_a_nan_reward_is_named(tmp_path, func, name):
+    """TRL reads a NaN reward as None ("does not apply"): a function whose rewards were all NaN trained nothing,
+    with only TRL's warning. A NaN (float, numpy, tensor; sync or async function) is named as an infinite reward is,
+    in one line, before any update; the name is TRL's for the function."""
+    trainer = make_trainer(tmp_path, max_steps=1, reward_funcs=[count_ones, func])
+    assert trainer.reward_func_names == ["count_ones", name]
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(ValueError) as info:
+        trainer.train()
+    message = str(info.value)
+    assert message.startswith(f"RPGTrainer: reward function {name!r} gave NaN for completion 1 of the generation")
+    assert "\n" not in message and "1 NaN in all" in message
+    assert all(torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True))
+
+
+def test_none_rewards_still_do_not_apply(tmp_path):
+    """None is TRL's "does not apply" and stays so: a function giving None for every other completion trains, its
+    Nones NaN in TRL's reward table, and the function keeps its signature for whoever inspects it."""
+    import inspect
+
+    def some_none(completions, trainer_state=None, **kwargs):
+        return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+    trainer = make_trainer(tmp_path, max_steps=1, reward_funcs=[count_ones, some_none])
+    assert "trainer_state" in inspect.signature(trainer.reward_funcs[1]).parameters
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+def test_a_reward_models_nan_is_named(tmp_path):
+    """A reward model has no None: a NaN score (here every one, from a NaN head) trained nothing under TRL's rule.
+    It is named as a function's NaN is."""
+    from transformers import AutoModelForSequenceClassification
+
+    tok = build_char_tokenizer("0123456789+=")
+    config = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=32).config
+    config.num_labels, config.name_or_path = 1, "tiny-scorer"
+    scorer = AutoModelForSequenceClassification.from_config(config)
+    with torch.no_grad():
+        scorer.score.weight.fill_(math.nan)
+    trainer = make_trainer(
+        tmp_path,
+        max_steps=1,
+        reward_funcs=[count_ones, scorer],
+        trainer_kwargs={"reward_processing_classes": [None, tok]},
+    )
+    with pytest.raises(
+        ValueError, match=r"^RPGTrainer: reward function 'tiny-scorer' gave NaN for completion 0 .*\(8 NaN "
+    ):
+        trainer.train()
+
+
+def test_a_nan_on_another_process_is_refused_on_every_process(tmp_path, monkeypatch):
+    """Each process scores its own completions, so a NaN on one process must stop every process (one raising
+    alone leaves the others waiting in their next collective): the NaN marks are gathered as the rewards are. Here
+    this process's rewards hold no NaN and the gather brings another process's mark for its completion 1, which is
+    completion 9 of the generation batch."""
+    trainer = make_trainer(tmp_path, max_steps=1, reward_funcs=[count_ones, count_ones])
+    real_gather = trainer.accelerator.gather
+    gathered = []
+
+    def gather_two(tensor):
+        if tensor.dim() == 2 and not tensor.is_floating_point():  # the NaN marks: (completions, functions)
+            other = torch.zeros_like(tensor)
+            other[1, 1] = 1
+            gathered.append(tensor)
+            return torch.cat([tensor, other])
+        return real_gather(tensor)
+
+    monkeypatch.setattr(trainer.accelerator, "gather", gather_two)
+    with pytest.raises(ValueError, match=r"^RPGTrainer: reward function 'count_ones' gave NaN for completion 9 of "):
+        trainer.train()
+    assert len(gathered) == 1 and not gathered[0].any()
 
 
 def test_rpg_trainer_needs_rpg_config(tmp_path):

@@ -26,18 +26,22 @@ filters (top-k, top-p, min-p, repetition penalty, distribution-changing `generat
 importance-sampling correction accounts for them: TRL's pi_old log-probs see the temperature only, and RPG's anchor
 and importance weights need the sampler's. vLLM's importance-sampling correction multiplies the per-token loss, as
 TRL does. A Mixture-of-Experts model's router load-balancing loss is added as GRPOTrainer adds it. An infinite
-reward is refused in one line naming its function (TRL would make it an advantage of +-3.4e38).
+reward is refused in one line naming its function (TRL would make it an advantage of +-3.4e38), and so is a NaN one
+(TRL reads NaN as None, "does not apply"; None keeps that meaning).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import is_async_callable
 
 from rpgrl.integrations._common import rpg_loss_nonempty
 from rpgrl.objectives.reduce import aggregate
@@ -220,6 +224,48 @@ def _check_trl_values(config: RPGConfig) -> None:
         )
 
 
+def _is_nan(value: Any) -> bool:
+    """Whether a reward function's value is a float NaN (Python, numpy or a one-element tensor); anything else,
+    None included, is left to TRL."""
+    if value is None or isinstance(value, (str, bytes)):
+        return False
+    try:
+        return math.isnan(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return False
+
+
+def _watch_nans(func: Any, col: int, name: str, trainer: RPGTrainer) -> Any:
+    """`func`, sync or async as it is (TRL asks `is_async_callable`), marking where its rewards are float NaN in
+    column `col` of `trainer._reward_nans` before TRL turns its Nones into NaNs too. Its outputs pass unchanged
+    (an iterable as a list, which TRL makes of it anyway)."""
+
+    def mark(rewards: Any) -> Any:
+        marks = trainer._reward_nans
+        try:
+            rewards = list(rewards)
+        except TypeError:  # TRL names what is wrong with it
+            return rewards
+        if marks is not None:
+            for row, value in enumerate(rewards[: marks.size(0)]):
+                marks[row, col] = _is_nan(value)
+        return rewards
+
+    if is_async_callable(func):
+
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            return mark(await func(*args, **kwargs))
+
+    else:
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            return mark(func(*args, **kwargs))
+
+    functools.update_wrapper(watched, func, updated=())
+    watched.__name__ = name  # TRL's name for it (a partial or a callable object has no __name__ of its own)
+    return watched
+
+
 def _float_or_none(name: str, value: Any) -> float | None:
     """A float or None from a config value or its command-line word ('none', '0.3')."""
     value = none_word(value)
@@ -239,14 +285,27 @@ class RPGTrainer(GRPOTrainer):
         if not isinstance(args, RPGConfig):
             raise TypeError(f"RPGTrainer needs args=RPGConfig(...), got {type(args).__name__}")
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        # TRL turns a function's None into NaN before anything here sees it, so each function notes its own NaNs
+        # (a new list: TRL's is the caller's); names, already taken by TRL, and sync/async stay the function's
+        self._reward_nans: torch.Tensor | None = None
+        self.reward_funcs = [
+            f if isinstance(f, nn.Module) else _watch_nans(f, i, name, self)
+            for i, (f, name) in enumerate(zip(self.reward_funcs, self.reward_func_names, strict=True))
+        ]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards (completions x reward functions, gathered over processes), refused in one line naming the
-        function where one is infinite (a float32 reward past 3.4e38 is), or naming the completion where their
-        weighted sum (TRL's reward) is: TRL's advantage then turns it into +-3.4e38 (`nan_to_num`), which rpg_loss
-        refused as an overflow of "a ratio, beta or an advantage". Every process sees the gathered rewards, so all
-        raise alike. None and NaN stay TRL's "not applicable"."""
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        function where one is infinite (a float32 reward past 3.4e38 is) or NaN, or naming the completion where
+        their weighted sum (TRL's reward) is: TRL's advantage then turns it into +-3.4e38 (`nan_to_num`), which
+        rpg_loss refused as an overflow of "a ratio, beta or an advantage". Every process sees the gathered rewards,
+        and the gathered NaN marks, so all raise alike. None stays TRL's "not applicable"."""
+        self._reward_nans = torch.zeros(len(prompts), len(self.reward_funcs), dtype=torch.uint8)
+        try:
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            nans = self.accelerator.gather(self._reward_nans.to(rewards.device)).bool()
+        finally:
+            self._reward_nans = None
+        self._refuse_nan_rewards(rewards, nans)
         bad = torch.isinf(rewards)
         if bool(bad.any()):
             row, col = bad.nonzero()[0].tolist()
@@ -264,6 +323,21 @@ class RPGTrainer(GRPOTrainer):
                     "overflows float32: scale the rewards or reward_weights down"
                 )
         return rewards
+
+    def _refuse_nan_rewards(self, rewards: torch.Tensor, nans: torch.Tensor) -> None:
+        """A NaN a reward function returned (marked by `_watch_nans`), or any NaN of a reward model (which has no
+        None), in one line: TRL reads NaN as None, "does not apply", so a function whose every reward is NaN trained
+        nothing with only TRL's warning. `rewards` and `nans` are gathered over processes."""
+        for col, func in enumerate(self.reward_funcs):
+            if isinstance(func, nn.Module):
+                nans[:, col] |= torch.isnan(rewards[:, col])
+        if bool(nans.any()):
+            row, col = nans.nonzero()[0].tolist()
+            raise ValueError(
+                f"RPGTrainer: reward function {self.reward_func_names[col]!r} gave NaN for completion {row} of the "
+                f"generation batch ({int(nans.sum())} NaN in all): rewards must be finite numbers, or None where the "
+                "function does not apply"
+            )
 
     def _normalizer(self, inputs: dict[str, Any], batch_size: int) -> torch.Tensor | float:
         """Global count for `aggregate` so that micro-batch losses add up over the accumulation window and DDP's
