@@ -46,6 +46,7 @@ def _fake_warm(cfg_dict: dict, seed: int, path: str) -> None:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     _write_pid(out)
+    (out / "config.json").write_text(json.dumps({"train": {"seed": seed}}) + "\n")  # as `train` writes it, first
     (out / "model").mkdir(exist_ok=True)
     (out / "model" / "config.json").write_text("{}\n")
     (out / "summary.json").write_text("{}\n")
@@ -295,6 +296,39 @@ def test_a_warm_start_whose_model_was_deleted_is_made_again(tmp_path):
         p.unlink()
     _suite(tmp_path, [1])
     assert (warm / "model" / "config.json").is_file() and (warm / "pid").read_text() != "gone\n"
+
+
+@pytest.mark.parametrize(
+    "config, why",
+    [
+        (None, "its config.json records seed 1, not 2: another seed's warm start"),  # seed 1's folder copied
+        (b'{"train": {"se', "its config.json does not read as JSON: JSONDecodeError: "),
+        (b'{"train": {}}', "its config.json records no train.seed"),
+        (b"", "its config.json does not read as JSON: "),
+    ],
+)
+def test_a_warm_start_of_another_seed_is_named_and_made_again(tmp_path, capsys, config, why):
+    """A warm-start folder copied from another seed's (or whose config.json no longer reads) was used as it was:
+    every run of the seed then started from another seed's model, and the arms were paired by nothing. It is named
+    in one line and made again; a cached warm start that is the seed's own is used as it is."""
+    from rpgrl.reproduce.runner import warm_dir
+
+    _suite(tmp_path, [1, 2])
+    one, two = warm_dir(tmp_path, WARM, 1), warm_dir(tmp_path, WARM, 2)
+    shutil.rmtree(two)
+    shutil.copytree(one, two)
+    if config is not None:
+        (two / "config.json").write_bytes(config)
+    (one / "kept").write_text("")  # making a warm start again empties its folder first
+    for p in tmp_path.glob("runs/*/record.json"):
+        p.unlink()
+    capsys.readouterr()
+    _suite(tmp_path, [1, 2])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rpgrl reproduce: warm start {two} cannot be used ({why}"), err
+    assert err[0].endswith("): it is made again")
+    assert json.loads((two / "config.json").read_text())["train"]["seed"] == 2
+    assert (one / "kept").exists() and json.loads((one / "config.json").read_text())["train"]["seed"] == 1
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b"[]", b"null", b'"text"', b"{", b"[" * 100_000, b""])

@@ -2,7 +2,8 @@
 
 Layout under the suite directory `out`:
     warmstart/<key>-s<seed>/    the seed's supervised warm start (`rpgrl train --train.max_steps 0`); every arm of
-                                that seed starts RL from its model/, so arms are paired by seed
+                                that seed starts RL from its model/, so arms are paired by seed; one whose
+                                config.json records another seed (a copied folder) is named and made again
     runs/<key>-s<seed>/         one RL run: config.json, metrics.jsonl, eval.jsonl, summary.json, log.txt and
                                 record.json (what the report reads), written last: a directory without it is an
                                 unfinished run and is started again; one whose record.json is not this run's record
@@ -260,11 +261,35 @@ def _plan_line(out: Path, warm_cfg: Config, todo: int, total: int, warm_seeds: l
 
 
 def _missing_warm(out: Path, warm_cfg: Config, jobs: list[Job]) -> list[int]:
-    """The seeds whose warm start has no summary.json (written last, atomically, by `train`) or no model next to it
-    (deleted by hand: every run of the seed would fail on it, and the same command again with it)."""
-    seeds = sorted({j.seed for j in jobs})
-    done = lambda d: (d / "summary.json").is_file() and (d / "model" / "config.json").is_file()  # noqa: E731
-    return [s for s in seeds if not done(warm_dir(out, warm_cfg, s))]
+    """The seeds whose warm start is to be made: it has no summary.json (written last, atomically, by `train`), no
+    model next to it (deleted by hand: every run of the seed would fail on it, and the same command again with it),
+    or it is not this seed's (`_warm_problem`; named in one line, as an unusable record.json is)."""
+    missing = []
+    for seed in sorted({j.seed for j in jobs}):
+        d = warm_dir(out, warm_cfg, seed)
+        if not ((d / "summary.json").is_file() and (d / "model" / "config.json").is_file()):
+            missing.append(seed)  # unfinished, or never started: made again without a word, as an unfinished run
+        elif (why := _warm_problem(d, seed)) is not None:
+            _say(f"rpgrl reproduce: warm start {d} cannot be used ({why}): it is made again")
+            missing.append(seed)
+    return missing
+
+
+def _warm_problem(d: Path, seed: int) -> str | None:
+    """Why the finished warm start in `d` is not seed `seed`'s (None if it is): its config.json, which `train` writes
+    first, records the seed it ran with. A folder copied from another seed's would start every run of this seed
+    from that seed's model, so the arms would no longer be paired by seed."""
+    try:
+        recorded = json.loads((d / "config.json").read_bytes())["train"]["seed"]
+    except FileNotFoundError:
+        return "it has no config.json, which records its seed"
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError and UnicodeDecodeError
+        return f"its config.json does not read as JSON: {type(e).__name__}: {first_line(e)}"
+    except (KeyError, TypeError, IndexError):
+        return "its config.json records no train.seed"
+    if type(recorded) is not int or recorded != seed:
+        return f"its config.json records seed {recorded!r}, not {seed}: another seed's warm start"
+    return None
 
 
 def _gather(futures: dict[Future, Any], what: Callable[[Future], str], done: Callable[[Future], None]) -> None:
