@@ -360,11 +360,73 @@ def _cached_suite(out, claim, seeds):
     for seed in seeds:
         for arm in CLAIMS[claim].arms:
             d = run_dir(out, Job(arm.config(base), seed, config_key(warm, seed)))
-            d.mkdir(parents=True)
+            d.mkdir(parents=True, exist_ok=True)  # claims may share an arm's run
             curves = {"reward": [0.1, 0.3], "entropy": [1.2, 1.0], "length": [9.0, 8.0]}
             record = {**summarize_run(d), "start": 0.4, "final": 0.5, "best": 0.5, "curves": curves, "seed": seed,
                       "wall_seconds": 1.0}  # fmt: skip
             (d / "record.json").write_text(json.dumps(record))
+
+
+def test_two_suites_writing_results_at_once_keep_each_others_claims(tmp_path, monkeypatch):
+    """A suite reads the claims OUT/results.json holds, then rewrites it with them and its own. A suite whose runs
+    were all cached took no lock, so one writing while another was between its read and its write lost the
+    other's claims from results.json (the run records stay). Here suite A reads, waits for suite B (up to 5 s),
+    then writes: both claims must be in the file, whoever waits for whom."""
+    import threading
+
+    out = tmp_path / "suite"
+    first, second = list(CLAIMS)[:2]
+    _cached_suite(out, first, [0, 1, 2])
+    _cached_suite(out, second, [0, 1, 2])
+    real, a_read, b_done = reproduce_cli._stored_claims, threading.Event(), threading.Event()
+
+    def stored_claims(*args):
+        stored = real(*args)
+        if threading.current_thread().name == "A":
+            a_read.set()
+            b_done.wait(5)
+        return stored
+
+    monkeypatch.setattr(reproduce_cli, "_stored_claims", stored_claims)
+    a = threading.Thread(
+        target=reproduce_cli.reproduce, args=([first], [0, 1, 2], QUICK, out, tmp_path / "a.md"), name="A"
+    )
+    a.start()
+    assert a_read.wait(120)
+    reproduce_cli.reproduce([second], [0, 1, 2], QUICK, out, tmp_path / "b.md")
+    b_done.set()
+    a.join(120)
+    assert not a.is_alive()
+    assert sorted(json.loads((out / "results.json").read_text())["claims"]) == sorted([first, second])
+
+
+def test_a_running_suites_lock_does_not_hold_up_a_report(tmp_path):
+    """A suite holds its RunLock for hours while it runs; a suite whose runs are all cached, or `--no-run`, waits
+    only for another suite's write of the results, never for its runs."""
+    from rpgrl.trainer.rundir import RunLock
+
+    out = tmp_path / "suite"
+    claim = list(CLAIMS)[0]
+    _cached_suite(out, claim, [0, 1, 2])
+    with RunLock(out):
+        for run in (True, False):
+            reproduce_cli.reproduce([claim], [0, 1, 2], QUICK, out, tmp_path / f"{run}.md", run=run)
+    assert claim in json.loads((out / "results.json").read_text())["claims"]
+
+
+def test_a_results_write_that_never_ends_is_named(tmp_path, monkeypatch):
+    """A suite waits for another one's write of the results (seconds), not forever: past `ResultsLock.TRIES` it is
+    one line naming the writer's PID, and the results stay as they were."""
+    from rpgrl.trainer.rundir import ResultsLock
+
+    out = tmp_path / "suite"
+    claim = list(CLAIMS)[0]
+    _cached_suite(out, claim, [0, 1, 2])
+    monkeypatch.setattr(ResultsLock, "TRIES", 3)
+    with ResultsLock(out), pytest.raises(UsageError) as info:
+        reproduce_cli.reproduce([claim], [0, 1, 2], QUICK, out, tmp_path / "r.md")
+    assert str(info.value).startswith(f"another rpgrl reproduce (PID {os.getpid()}) has been writing the results in")
+    assert "\n" not in str(info.value) and not (out / "results.json").exists()
 
 
 def _refused(capsys, argv, needle):

@@ -192,7 +192,21 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         "claims": {n: claim_result(CLAIMS[n], runs.get(n, {}), base, seeds) for n in claims},
         "report_commit": _commit(),
     }
-    from rpgrl.trainer.checkpoint import write_text_atomic  # they import torch: not before the arguments are checked
+    from rpgrl.trainer.rundir import ResultsLock  # it imports torch: not before the arguments are checked
+
+    with ResultsLock(out):  # from reading the claims stored in results.json to the report: whether runs ran or not
+        _save(out, report, results, scale, seeds)
+    print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
+    for n, r in results["claims"].items():
+        print(f"  {n}: {r['verdict']}{'' if r['complete'] else ' (incomplete)'}")
+    return results
+
+
+def _save(out: Path, report: Path, results: dict, scale: Scale, seeds: list[int]) -> None:
+    """OUT/results.json with `results`' claims and the stored ones it does not name, then the report. Under
+    `ResultsLock(out)`: the stored claims are read here and written back, so another suite's write in between
+    would be lost (a suite whose runs are all cached takes no RunLock)."""
+    from rpgrl.trainer.checkpoint import write_text_atomic
     from rpgrl.trainer.log import json_safe
 
     stored = _stored_claims(out, scale, seeds)  # the records of claims not named: maybe kept nowhere else
@@ -208,10 +222,6 @@ def reproduce(claims, seeds, scale: Scale, out: Path, report: Path, jobs: int = 
         if kept is not None:
             print(f"{out / 'results.json'} held another suite (another scale or seeds, or unreadable): kept as {kept}")
         write_report(results, report, len(seeds), suite=suite)
-    print(f"{time.perf_counter() - t:.0f} s; results in {out / 'results.json'}, report {report}")
-    for n, r in results["claims"].items():
-        print(f"  {n}: {r['verdict']}{'' if r['complete'] else ' (incomplete)'}")
-    return results
 
 
 @contextlib.contextmanager

@@ -178,12 +178,15 @@ class RunLock:
             holder = self.file.read().strip() or "unknown"
             self.file.close()
             self.file = None
-            raise UsageError(_in_use(self.path.parent, holder))
+            raise UsageError(self._busy(holder))
         self.file.seek(0)
         self.file.truncate()
         self.file.write(f"{os.getpid()}\n")
         self.file.flush()
         return self
+
+    def _busy(self, holder: str) -> str:
+        return _in_use(self.path.parent, holder)
 
     def __exit__(self, *exc) -> None:
         if self.file is None:
@@ -196,6 +199,23 @@ class RunLock:
         self.file = None
         if alone and self.created_dir:
             out.rmdir()
+
+
+class ResultsLock(RunLock):
+    """`<out>/.results.lock`, held by `rpgrl reproduce` from reading OUT/results.json to writing it and its report
+    (seconds): a suite read the claims stored there, then rewrote the file with them, so two suites writing at once
+    lost the claims of the one that wrote first. Another suite waits for it, where `RunLock` refuses at once: the
+    suite's RunLock is held only while it runs, so a suite whose runs are all cached, or `--no-run`, never waits for
+    a running suite's runs, only for its write."""
+
+    NAME = ".results.lock"
+    TRIES = 2400  # x 50 ms: two minutes, far beyond a report's plots on a busy machine
+
+    def _busy(self, holder: str) -> str:
+        return (
+            f"another rpgrl reproduce (PID {holder}) has been writing the results in {self.path.parent} for "
+            f"{self.TRIES * 0.05:.0f} s: wait for it to end, or stop it"
+        )
 
 
 class Interrupted(Exception):
