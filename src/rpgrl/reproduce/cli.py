@@ -5,7 +5,9 @@
 Runs what is missing of the named claims (or `all`), then writes DIR/results.json and the Markdown report with one
 PNG per claim beside it (FILE's folder, in a subfolder named after FILE). An existing FILE is rewritten only when it
 is an earlier report (its first line is REPORT_TITLE), and a plot only beside one. The committed `docs/results.md`
-is `rpgrl reproduce all --report docs/results.md` on the full scale.
+is `rpgrl reproduce all --report docs/results.md` on the full scale. Runs hold DIR's RunLock (another suite with runs
+to do is refused); the results and the report are written under DIR's ResultsLock (another suite, `--no-run` too,
+waits for that write: seconds).
 """
 
 from __future__ import annotations
