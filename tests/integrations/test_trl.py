@@ -536,6 +536,61 @@ def test_a_nan_on_another_process_is_refused_on_every_process(tmp_path, monkeypa
     assert len(gathered) == 1 and not gathered[0].any()
 
 
+TWO_PROCESS_SCRIPT = """
+import math, os, sys
+import datasets
+from rpgrl.integrations.trl import RPGConfig, RPGTrainer
+from rpgrl.models import build_char_tokenizer, build_tiny_model
+
+rank = int(os.environ["RANK"])
+def count_ones(completions, **kwargs):
+    return [float(c.count("1")) for c in completions]
+def nan_on_rank_1(completions, **kwargs):
+    return [math.nan if rank == 1 and i == 1 else 0.0 for i in range(len(completions))]
+
+tok = build_char_tokenizer("0123456789+=")
+model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=32)
+args = RPGConfig(output_dir=sys.argv[1], per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
+                 max_steps=1, report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True, bf16=False)
+trainer = RPGTrainer(model, [count_ones, nan_on_rank_1], args=args, processing_class=tok,
+                     train_dataset=datasets.Dataset.from_dict({"prompt": ["1+2=", "3+4="] * 8}))
+try:
+    trainer.train()
+    outcome = "trained"
+except ValueError as e:
+    outcome = str(e)
+with open(os.path.join(sys.argv[1], f"rank{rank}.txt"), "w") as f:
+    f.write(outcome)
+"""
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed (gloo)")
+def test_a_nan_on_one_process_stops_both_processes_alike(tmp_path):
+    """Two real processes (torch.distributed.run, gloo, CPU): the NaN is process 1's alone, and each process raises
+    the same one line naming completion 5 of the gathered batch (process 1's second); none trains on, none hangs."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "two.py").write_text(TWO_PROCESS_SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import rpgrl
+
+    src = str(Path(rpgrl.__file__).parents[1])  # this rpgrl, whatever the environment installed
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(port), str(tmp_path / "two.py"), str(tmp_path / "out")]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    outcomes = [p.read_text() if p.exists() else None for p in (tmp_path / "out" / f"rank{r}.txt" for r in (0, 1))]
+    message = "RPGTrainer: reward function 'nan_on_rank_1' gave NaN for completion 5 of the generation batch"
+    assert all(o is not None and o.startswith(message) for o in outcomes), (outcomes, done.stderr[-3000:])
+    assert outcomes[0] == outcomes[1] and "\n" not in outcomes[0]
+
+
 def test_rpg_trainer_needs_rpg_config(tmp_path):
     tok = build_char_tokenizer("0123456789+=")
     model = build_tiny_model(tok, hidden=32, layers=1, heads=2, kv_heads=1, ffn=32)
