@@ -564,7 +564,8 @@ with open(os.path.join(sys.argv[1], f"rank{rank}.txt"), "w") as f:
 """
 
 
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed (gloo)")
+@pytest.mark.slow  # two real processes, ~45 s: `pytest -m slow`; the gather is checked in the default run by
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed (gloo)")  # a simulated one
 def test_a_nan_on_one_process_stops_both_processes_alike(tmp_path):
     """Two real processes (torch.distributed.run, gloo, CPU): the NaN is process 1's alone, and each process raises
     the same one line naming completion 5 of the gathered batch (process 1's second); none trains on, none hangs."""
