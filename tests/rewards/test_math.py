@@ -1930,3 +1930,23 @@ def test_two_boxes_of_one_quantity_joined_by_and_are_their_sum():
     for run in ("$\\boxed{1}$ hours and " * 20_000, "\\boxed{2} hours, " * 20_000, "\\boxed{2} " + "h" * 100_000):
         math_score(run + "$\\boxed{30}$ minutes", "150")
     assert time.process_time() - t0 < 0.5
+
+
+def test_a_sentence_deriving_its_value_from_others_after_think_reads_the_derived_one():
+    """After `</think>`, `Each side is 3, so the perimeter is 12.` was no answer (two different values stated; the
+    rule for `The sum is 5, and the product is 6.` took it for two quantities; it read 12 before that rule, as a
+    grader does): the values stated before "so", "thus", "hence", "therefore" or "which is" are what the last one is
+    derived from, not other answers; two values joined by "and" or a comma stay no answer."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending, truth in (
+        ("Each side is 3, so the perimeter is 12.", "12"),
+        ("The trip took 3 hours, so the average speed is 60 km/h.", "60"),
+        ("Each item costs 5 dollars, therefore the total is 45.", "45"),
+        ("There are 3 red and 5 blue marbles, so there are 8 marbles in all.", "8"),
+        ("The length is 5 and the width is 3, thus the area is 15.", "15"),
+        ("In total it takes 3 hours, which is 180 minutes.", "180"),
+    ):
+        assert math_score(think + ending, truth), ending
+        assert not math_score(think + ending, "3") or truth == "3", ending
+    for ending in ("The sum is 5, and the product is 6.", "The walk takes 204 minutes, and the return takes 180."):
+        assert not math_score(think + ending, "6") and not math_score(think + ending, "180"), ending

@@ -270,6 +270,12 @@ _NAMED_RESULT = re.compile(
     re.IGNORECASE,
 )
 
+# a word that derives what follows from what a sentence stated before it (`Each side is 3, so the perimeter is 12.`,
+# `it takes 3 hours, which is 180 minutes`): the values before it are no other answers
+_CONSEQUENCE = re.compile(
+    r"(?<![A-Za-z])(?:so|thus|hence|therefore|which\s+(?:is|means|gives)|giving|making|meaning)(?![A-Za-z])",
+    re.IGNORECASE,
+)
 
 # a text after `</think>` that is a value alone, once cleaned (`**42**`, `$42$`, `42.`)
 _LONE_VALUE = re.compile(r"[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?")
@@ -281,7 +287,8 @@ def _stated_plainly(tail: str) -> str | None:
     answer ("The number of valid arrangements is 42."). Its last stated value, nothing after it but words (`, since
     each block can be rotated`; after "there are", a noun phrase: `9 such dates in 2023`); not a question, nor a
     sentence that goes on with another value or math (`is 42 minus $3$`), nor one stating two different values
-    (`The sum is 5, and the product is 6.`: two quantities, no one answer). A text that is a value alone (`**42**`,
+    (`The sum is 5, and the product is 6.`: two quantities, no one answer; those before a "so" are what the last is
+    derived from, `_CONSEQUENCE`). A text that is a value alone (`**42**`,
     `_LONE_VALUE`) is that value; a result named before a colon (`The final count: 45`, `_NAMED_RESULT`) too."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
     if len(tail) <= 4 * MAX_ANSWER_CHARS and _LONE_VALUE.fullmatch(clean_answer(text)):
@@ -291,6 +298,9 @@ def _stated_plainly(tail: str) -> str | None:
         unit = named.group("unit")
         return named.group("value") if unit is None or _is_unit(unit) else None
     said = list(_PLAIN_STATEMENT.finditer(sentence))
+    if said:  # the values before a "so" are what the last is derived from (`Each side is 3, so the perimeter is 12`)
+        derived = [c.start() for c in _CONSEQUENCE.finditer(sentence) if c.start() <= said[-1].start()]
+        said = [m for m in said if m.start() >= max(derived, default=0)]
     if not said or sentence.endswith("?") or len({clean_answer(m.group("value")) for m in said}) > 1:
         return None
     m, after = said[-1], sentence[said[-1].end() :]
