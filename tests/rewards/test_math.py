@@ -1950,3 +1950,26 @@ def test_a_sentence_deriving_its_value_from_others_after_think_reads_the_derived
         assert not math_score(think + ending, "3") or truth == "3", ending
     for ending in ("The sum is 5, and the product is 6.", "The walk takes 204 minutes, and the return takes 180."):
         assert not math_score(think + ending, "6") and not math_score(think + ending, "180"), ending
+
+
+def test_a_measure_sentence_after_an_answer_after_think_is_no_answer():
+    """After `</think>`, `The number of arrangements is 42. This took 3 tries to verify.` read as 3 (a verb of measure
+    states a value, and the last sentence was read): a sentence with a verb of measure right after one that states
+    another value plainly is a remark on it, not the answer, unless it opens with a conclusion (`So the walk takes
+    204 minutes.`); alone, or after words with no value stated, it reads as before."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending, stray in (
+        ("The number of arrangements is 42. This took 3 tries to verify.", "3"),
+        ("So the minimum is 8.\n\nThe proof takes 2 steps.", "2"),
+        ("Each lap is 400 m, so Sam runs 10 laps. Each lap takes 2 minutes.", "2"),
+        ("The final count: 45. Counting took 5 minutes.", "5"),
+    ):
+        assert not math_score(think + ending, stray), ending
+    for ending in (
+        "The walk is 17 km at 5 km/h. So the walk takes 204 minutes.",
+        "The distance is 17 km.\n\nTherefore, the walk takes 204 minutes.",
+        "We walk 17 km at 5 km/h. The walk takes 204 minutes.",
+        "Time = 17/5 hours = 3.4 hours.\n\nThe walk takes 204 minutes.",
+        "The walk takes 204 minutes.",
+    ):
+        assert math_score(think + ending, "204"), ending

@@ -253,8 +253,9 @@ _PLAIN_VALUE = (
     r"(?![\w$%-])"  # a number whole, with its percent sign (not `3-dimensional`, `25%` read as 25)
 )
 _PLAIN_STATEMENT = re.compile(
-    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were|(?:should|must)\s+be|takes|took"
-    r"|costs?|weigh(?:s|ed)|measure(?:s|d)|totals|(?:comes|came|amounts)\s+to)\s+(?:equal\s+to\s+)?" + _PLAIN_VALUE,
+    r"(?P<there>(?<![A-Za-z])there\s+)?(?<![A-Za-z])(?:is|are|equals|was|were|(?:should|must)\s+be|(?P<measure>takes"
+    r"|took|costs?|weigh(?:s|ed)|measure(?:s|d)|totals|(?:comes|came|amounts)\s+to))\s+(?:equal\s+to\s+)?"
+    + _PLAIN_VALUE,
     re.IGNORECASE,
 )
 # a result named before a colon and its value (`The final count: 45`, `Total: 45`, `The walking time: 204 minutes`):
@@ -277,6 +278,12 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE,
 )
 
+# a sentence that opens with its conclusion (`So the walk takes 204 minutes.`, `In total, it costs 12 dollars.`)
+_CONCLUDING = re.compile(
+    r"\s*(?:so|thus|hence|therefore|altogether|overall|finally|in\s+(?:total|all|the\s+end))(?![A-Za-z])",
+    re.IGNORECASE,
+)
+
 # a text after `</think>` that is a value alone, once cleaned (`**42**`, `$42$`, `42.`)
 _LONE_VALUE = re.compile(r"[-+]?\d{1,300}(?:,\d{3})*(?:\.\d{1,300})?(?:/\d{1,300})?")
 
@@ -288,15 +295,32 @@ def _stated_plainly(tail: str) -> str | None:
     each block can be rotated`; after "there are", a noun phrase: `9 such dates in 2023`); not a question, nor a
     sentence that goes on with another value or math (`is 42 minus $3$`), nor one stating two different values
     (`The sum is 5, and the product is 6.`: two quantities, no one answer; those before a "so" are what the last is
-    derived from, `_CONSEQUENCE`). A text that is a value alone (`**42**`,
-    `_LONE_VALUE`) is that value; a result named before a colon (`The final count: 45`, `_NAMED_RESULT`) too."""
+    derived from, `_CONSEQUENCE`), nor a verb of measure right after a sentence stating another value (`... is 42.
+    This took 3 tries.`: a remark on it), unless it opens with a conclusion (`So it takes 204 minutes.`). A text
+    that is a value alone (`**42**`, `_LONE_VALUE`) is that value; a result named before a colon (`The final count:
+    45`, `_NAMED_RESULT`) too."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
     if len(tail) <= 4 * MAX_ANSWER_CHARS and _LONE_VALUE.fullmatch(clean_answer(text)):
         return text
-    sentence = _SENTENCE_END.split(text.rsplit("\n", 1)[-1])[-1]
+    before, _, line = text.rpartition("\n")
+    sentences = _SENTENCE_END.split(line)
+    sentence = sentences[-1]
     if (named := _NAMED_RESULT.fullmatch(sentence)) is not None:
         unit = named.group("unit")
         return named.group("value") if unit is None or _is_unit(unit) else None
+    m = _statement(sentence)
+    if m is None or not _answer_shaped(m.group("value")):
+        return None
+    # a measure after a sentence stating another value remarks on it (`... is 42. This took 3 tries.`)
+    previous = sentences[-2] if len(sentences) > 1 else _SENTENCE_END.split(before.rstrip())[-1]
+    if m.group("measure") and not _CONCLUDING.match(sentence) and _states_another(previous, m.group("value")):
+        return None
+    return m.group("value")
+
+
+def _statement(sentence: str) -> re.Match | None:
+    """The match of `_PLAIN_STATEMENT` that gives `sentence`'s value (`_stated_plainly`), else None: its last, nothing
+    after it but words, the only value it states but for those it derives it from (`_CONSEQUENCE`)."""
     said = list(_PLAIN_STATEMENT.finditer(sentence))
     if said:  # the values before a "so" are what the last is derived from (`Each side is 3, so the perimeter is 12`)
         derived = [c.start() for c in _CONSEQUENCE.finditer(sentence) if c.start() <= said[-1].start()]
@@ -306,7 +330,14 @@ def _stated_plainly(tail: str) -> str | None:
     m, after = said[-1], sentence[said[-1].end() :]
     if re.search(r"[$\\]", after) or (m.group("there") is None and re.search(r"\d", after)):
         return None
-    return m.group("value") if _answer_shaped(m.group("value")) else None
+    return m
+
+
+def _states_another(sentence: str, value: str) -> bool:
+    """Whether `sentence` states a value other than `value` plainly (`_PLAIN_STATEMENT`, `_NAMED_RESULT`)."""
+    named = _NAMED_RESULT.fullmatch(_END_MARKS.sub("", sentence.strip()))
+    stated = [m.group("value") for m in _PLAIN_STATEMENT.finditer(sentence)] + ([named.group("value")] if named else [])
+    return any(clean_answer(v) != clean_answer(value) for v in stated)
 
 
 def _final_answer_raw(response: str) -> str | None:
