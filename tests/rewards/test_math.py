@@ -1973,3 +1973,16 @@ def test_a_measure_sentence_after_an_answer_after_think_is_no_answer():
         "The walk takes 204 minutes.",
     ):
         assert math_score(think + ending, "204"), ending
+
+
+def test_the_statement_before_a_measure_remark_after_think_is_the_answer():
+    """After `</think>`, `The number of arrangements is 42. This took 3 tries to verify.` was no answer once the
+    remark was no longer read (a grader reads 42): the sentence before the remark, read as a plain statement
+    (`_stated_plainly`), is the answer; one that states no one value stays no answer."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending, truth in (
+        ("The number of arrangements is 42. This took 3 tries to verify.", "42"),
+        ("So the minimum is 8.\n\nThe proof takes 2 steps.", "8"),
+    ):
+        assert math_score(think + ending, truth) and not math_score(think + ending, "3"), ending
+    assert not math_score(think + "Each lap is 400 m, so Sam runs 10 laps. Each lap takes 2 minutes.", "400")

@@ -296,7 +296,8 @@ def _stated_plainly(tail: str) -> str | None:
     sentence that goes on with another value or math (`is 42 minus $3$`), nor one stating two different values
     (`The sum is 5, and the product is 6.`: two quantities, no one answer; those before a "so" are what the last is
     derived from, `_CONSEQUENCE`), nor a verb of measure right after a sentence stating another value (`... is 42.
-    This took 3 tries.`: a remark on it), unless it opens with a conclusion (`So it takes 204 minutes.`). A text
+    This took 3 tries.`: a remark on it, the sentence before it read instead), unless it opens with a conclusion
+    (`So it takes 204 minutes.`). A text
     that is a value alone (`**42**`, `_LONE_VALUE`) is that value; a result named before a colon (`The final count:
     45`, `_NAMED_RESULT`) too."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
@@ -305,17 +306,28 @@ def _stated_plainly(tail: str) -> str | None:
     before, _, line = text.rpartition("\n")
     sentences = _SENTENCE_END.split(line)
     sentence = sentences[-1]
+    if (found := _sentence_value(sentence)) is None:
+        return None
+    value, measure = found
+    # a measure after a sentence stating another value remarks on it (`... is 42. This took 3 tries.`): that
+    # sentence's value is the answer
+    previous = sentences[-2] if len(sentences) > 1 else _SENTENCE_END.split(before.rstrip())[-1]
+    if measure and not _CONCLUDING.match(sentence) and _states_another(previous, value):
+        earlier = _sentence_value(_END_MARKS.sub("", previous.strip()))
+        return earlier[0] if earlier is not None and not earlier[1] else None
+    return value
+
+
+def _sentence_value(sentence: str) -> tuple[str, bool] | None:
+    """(value, whether a verb of measure states it) of a sentence naming a result before a colon (`_NAMED_RESULT`)
+    or stating it plainly (`_statement`), else None."""
     if (named := _NAMED_RESULT.fullmatch(sentence)) is not None:
         unit = named.group("unit")
-        return named.group("value") if unit is None or _is_unit(unit) else None
+        return (named.group("value"), False) if unit is None or _is_unit(unit) else None
     m = _statement(sentence)
     if m is None or not _answer_shaped(m.group("value")):
         return None
-    # a measure after a sentence stating another value remarks on it (`... is 42. This took 3 tries.`)
-    previous = sentences[-2] if len(sentences) > 1 else _SENTENCE_END.split(before.rstrip())[-1]
-    if m.group("measure") and not _CONCLUDING.match(sentence) and _states_another(previous, m.group("value")):
-        return None
-    return m.group("value")
+    return m.group("value"), m.group("measure") is not None
 
 
 def _statement(sentence: str) -> re.Match | None:
