@@ -1986,3 +1986,33 @@ def test_the_statement_before_a_measure_remark_after_think_is_the_answer():
     ):
         assert math_score(think + ending, truth) and not math_score(think + ending, "3"), ending
     assert not math_score(think + "Each lap is 400 m, so Sam runs 10 laps. Each lap takes 2 minutes.", "400")
+
+
+def test_a_remark_that_rejects_no_value_keeps_the_hedge():
+    """`Answer: 3 or 5 (impossible to decide without the figure)` read as 3 (the remark's "impossible" taken to reject
+    5): a rejecting word that opens a phrase about something else (`impossible to decide`, `not possible to be sure`,
+    `excluded the empty set`, `rejected x = -2`, naming another value), or a condition (`which is invalid if n must
+    be odd`) rejects no value, so the answer stays a hedge; `(rejected, since x > 0)`, `(extraneous root)`,
+    `(invalid)`, `(rejected by the domain)` still reject the value before them."""
+    q = "We solve the equation step by step.\n\nAnswer: "
+    for answer, first in (
+        ("3 or 5 (impossible to decide without the figure)", "3"),
+        ("12 or 13 — impossible to say which without the figure", "12"),
+        ("4 or 5, but it is not possible to be sure", "4"),
+        ("7 or 8 (impossible to distinguish)", "7"),
+        ("16 or 15 (excluded the empty set)", "16"),
+        ("5 or 6 (discarded the duplicate)", "5"),
+        ("4 or 6, which is invalid if n must be odd", "4"),
+        ("x = -2 or x = 3 (rejected x = -2 since x > 0)", "-2"),
+        ("x = 3 or x = -2 (rejected 3, as x < 0)", "3"),
+    ):
+        assert not math_score(q + answer, first), answer
+    for answer in (
+        "x = 3 or x = -2 (rejected, since x > 0)",
+        "x = 3 or x = -2 (extraneous root)",
+        "3 or -2 (invalid)",
+        "x = 3 or x = -2 (rejected by the domain)",
+        "x = 3 or x = -2, which is impossible for a length",
+        "3 or -2 (impossible)",
+    ):
+        assert math_score(q + answer, "3") and not math_score(q + answer, "-2"), answer

@@ -734,11 +734,16 @@ _OR_PARTS = re.compile(
 
 # a remark right after a value in the answer's own text that rejects it (`x = -2 (rejected, since x > 0)`, `-2
 # (extraneous)`, `-2, which is extraneous`, `-2 — not valid`); a negation before the word rejects nothing (`(not
-# rejected)`)
+# rejected)`), nor the word opening a phrase about something else (`impossible to decide`, `excluded the empty set`,
+# `rejected x = -2`: another value named) or set under a condition (`invalid if n must be odd`): after it only an
+# end, a reason or a noun for the value
 _REJECTED_REMARK = re.compile(
     rf"(?:\(\s*|,\s*(?:which\s+(?:is|was)\s+|but\s+(?:it|this)\s+is\s+)?|\s*{_DASH}\s*)"
     r"(?:rejected|extraneous|discarded|excluded|invalid|impossible"
-    r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))(?![A-Za-z])[^()]*\)?$",
+    r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))(?![A-Za-z])"
+    r"(?![^()]*(?<![A-Za-z])(?:if|unless|when|whenever|depending)(?![A-Za-z]))"
+    r"(?:\s*(?:[,;:.)]|$)|\s+(?:since|as|because|for|by|due|given|here|roots?|solutions?|values?|answers?|cases?)"
+    r"(?![A-Za-z]))[^()]*\)?$",
     re.IGNORECASE,
 )
 
