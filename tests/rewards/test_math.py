@@ -2016,3 +2016,25 @@ def test_a_remark_that_rejects_no_value_keeps_the_hedge():
         "3 or -2 (impossible)",
     ):
         assert math_score(q + answer, "3") and not math_score(q + answer, "-2"), answer
+
+
+def test_boxed_parts_of_several_things_are_not_added():
+    """`The two trips take $\\boxed{2}$ hours and $\\boxed{30}$ minutes, respectively.` was right for 150 and 2.5
+    (the boxes read as parts of one amount, `presentation.compound_amount`): "respectively" after them, or a plural
+    "are" / "were" before them (`The sides are $\\boxed{3}$ m and $\\boxed{40}$ cm.`; not "there are"), makes them
+    values of several things, a list, right for both values asked; one amount still adds up."""
+    for response, wrong in (
+        ("The two trips take $\\boxed{2}$ hours and $\\boxed{30}$ minutes, respectively.", ("150", "2.5")),
+        ("The answers are $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", ("150", "2.5")),
+        ("The sides are $\\boxed{3}$ m and $\\boxed{40}$ cm.", ("3.4", "340")),
+        ("The times were $\\boxed{1}$ hour, $\\boxed{20}$ minutes.", ("80",)),
+    ):
+        assert not any(math_score(response, t) for t in wrong), response
+        assert math_score(response, ", ".join(re.findall(r"boxed\{(\d+)\}", response))), response
+    for response in (
+        "There are $\\boxed{2}$ hours and $\\boxed{30}$ minutes left.",
+        "The trip takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes.",
+        "Both trips are long: the first takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes.",
+    ):
+        assert math_score(response, "150"), response
+    assert math_score("The distances are $\\boxed{5}$ km or $\\boxed{5000}$ m.", "5000")  # one value in two units

@@ -82,7 +82,26 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
     runs = first < len(boxes) - 1 and not alternative  # boxes a separator or a unit and "or" part (`_unit_gap`)
     if runs and not hedge and (unit_end := _unit_end(text, end)) is not None:
         run = text[start:unit_end]  # `$\\boxed{5}$ km or $\\boxed{5000}$ m`: each value with its unit
+        run = run if _OR_WORD.search(run) else _listed(text, start, unit_end) or run
     return before + run + hedge
+
+
+# words that make boxes in units values of several things, not parts of one amount (`The sides are $\boxed{3}$ m and
+# $\boxed{40}$ cm`, `$\boxed{2}$ hours and $\boxed{30}$ minutes, respectively`): a plural verb right before the
+# first box (not "there are": `There are $\boxed{2}$ hours and ...` is one amount), "respectively" after the last
+_PLURAL_BEFORE = re.compile(r"(?<![A-Za-z])(?<!there\s)(?:are|were)[ \t]*\$?[ \t]*$", re.IGNORECASE)
+_RESPECTIVELY = re.compile(r"[ \t$]*,?[ \t]*respectively(?![A-Za-z])", re.IGNORECASE)
+
+
+def _listed(text: str, start: int, end: int) -> str | None:
+    """The run of boxes in units joined by "and" `text[start:end]` with the words that make it a list of values of
+    several things (`_PLURAL_BEFORE`, `_RESPECTIVELY`), kept in the answer so that it is not read as one amount in
+    parts (`math._amount_in_parts` reads boxes and units alone), else None."""
+    plural = _PLURAL_BEFORE.search(text, max(0, start - 20), start)
+    respectively = _RESPECTIVELY.match(text, end)
+    if plural is None and respectively is None:
+        return None
+    return text[plural.start() if plural else start : respectively.end() if respectively else end]
 
 
 # the first word after a box (`m` of `$\boxed{5000}$ m long`, `\text{ m}`)
