@@ -2038,3 +2038,20 @@ def test_boxed_parts_of_several_things_are_not_added():
     ):
         assert math_score(response, "150"), response
     assert math_score("The distances are $\\boxed{5}$ km or $\\boxed{5000}$ m.", "5000")  # one value in two units
+
+
+def test_a_value_in_a_unit_offered_under_a_condition_after_the_box_is_a_hedge():
+    """`It takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes, or 3 hours if it rains.` was right for 150 (and
+    `$\\boxed{2}$ km or $\\boxed{2000}$ m, or 3 km if we go around.` for 2): the condition after the "or" value was
+    looked for right after the value, where its unit stood; a unit is passed over, so the value is offered under a
+    condition, a hedge. A value in a unit with no condition after it still restates the box (`, or 125 cents`)."""
+    for response, truth in (
+        ("It takes $\\boxed{2}$ hours and $\\boxed{30}$ minutes, or 3 hours if it rains.", "150"),
+        ("It is $\\boxed{2}$ km or $\\boxed{2000}$ m, or 3 km if we go around.", "2"),
+        ("The length is $\\boxed{3}$ m, or 4 m if the endpoint counts.", "3"),
+        ("There are $\\boxed{16}$ subsets (or 15 subsets when the empty set is excluded).", "16"),
+        ("The walk takes $\\boxed{3}$ hours, or 4 hours in that case.", "3"),
+    ):
+        assert not math_score(response, truth), response
+    assert math_score("It costs $\\boxed{1.25}$ dollars, or 125 cents.", "1.25")
+    assert math_score("It takes $\\boxed{2}$ hours, or 120 minutes if measured in minutes.", "2")

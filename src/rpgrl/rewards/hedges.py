@@ -385,9 +385,24 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     word = _WORD_AFTER_VALUE.match(rest, value.end()) if value else None
     # (not "or else" and a clause: "otherwise", a reason: `\\boxed{5}, or else $2$ of the points would coincide`)
     hedged = hedged and not hedged.group().lower().startswith("else")
-    if word and (hedged or reworded or word.group(1).lower() in _CONDITIONS or _OTHER_CASE.match(rest, word.start())):
+    if (word and (hedged or reworded or _conditional(rest, word))) or (
+        value and _conditional_after_unit(rest, value.end())
+    ):
         return sentence[: m.end()] + " " + value.group().strip()
     return ""
+
+
+def _conditional(rest: str, word: re.Match) -> bool:
+    """Whether `word` of `rest` sets a condition (`if`, `with`: `_CONDITIONS`; `in that case`: `_OTHER_CASE`)."""
+    return word.group(1).lower() in _CONDITIONS or _OTHER_CASE.match(rest, word.start()) is not None
+
+
+def _conditional_after_unit(rest: str, end: int) -> bool:
+    """Whether a unit after the value ending at `end` of `rest` is followed by a condition (`or 3 hours if it rains`,
+    `or 4 m in that case`): the value is offered under it, as without the unit."""
+    unit = _UNIT_AFTER_VALUE.match(rest, end)
+    word = _WORD_AFTER_VALUE.match(rest, unit.end()) if unit and _is_unit(unit.group(1)) else None
+    return word is not None and _conditional(rest, word)
 
 
 # a value, then the unit it is in (`$300$ if measured in centimeters`, `300 when expressed in cm`, `$\frac{\pi}{2}$ in
@@ -401,9 +416,13 @@ _CONVERSION = re.compile(
 
 def _converted(rest: str) -> bool:
     """Whether the words after a box's "or" are a value (`_LONE_VALUE`) in a unit (`_CONVERSION`; the unit known:
-    `_is_unit`)."""
+    `_is_unit`), its own unit before them or not (`$300$ cm if measured in centimeters`)."""
     value = _LONE_VALUE.match(rest)
-    m = _CONVERSION.fullmatch(rest, value.end()) if value else None
+    if value is None:
+        return False
+    m = _CONVERSION.fullmatch(rest, value.end())
+    if m is None and (unit := _UNIT_AFTER_VALUE.match(rest, value.end())) and _is_unit(unit.group(1)):
+        m = _CONVERSION.fullmatch(rest, unit.end())
     return m is not None and _is_unit(m.group("unit"))
 
 
@@ -649,6 +668,8 @@ def _equation_before_or(before: str, value: str) -> bool:
 # a variable assigned at the start of what follows that "or" (`or $x = 4$`): the value after it is read
 _ASSIGNED_START = re.compile(r"^((?:\s|\$|\\[(\[ ])*)[A-Za-z]\w{0,3}\s*=(?!=)")
 _WORD_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]{2,})(?![A-Za-z])")  # a word, not a variable
+# a value's unit (`3 hours` of `or 3 hours if it rains`, `3 m`, `$3$ \text{ km}`), passed over to the word after it
+_UNIT_AFTER_VALUE = re.compile(r"(?:\\text\s*\{\s*)?([A-Za-z]+(?:/[A-Za-z]+)?)\s*\}?[\s$]*")
 # `or 14 if ...`, `or 5 with the empty set`, `or 6 including the stop`
 _CONDITIONS = frozenset("if when whenever unless depending assuming provided with without including excluding".split())
 # a case named as a condition (`— or $4$ in that case`, `, or 4 in which case ...`, `(or $4$ otherwise)`): read as "if"
