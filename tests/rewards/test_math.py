@@ -2055,3 +2055,13 @@ def test_a_value_in_a_unit_offered_under_a_condition_after_the_box_is_a_hedge():
         assert not math_score(response, truth), response
     assert math_score("It costs $\\boxed{1.25}$ dollars, or 125 cents.", "1.25")
     assert math_score("It takes $\\boxed{2}$ hours, or 120 minutes if measured in minutes.", "2")
+
+
+def test_a_measure_remark_after_the_answer_sentence_is_no_answer_whatever_it_opens_with():
+    """After `</think>`, `So the answer is 42.` then `In total, this took 4 steps.` read as 4 (a sentence opening with
+    a conclusion was read after one stating another value): after a sentence that names the answer, a measure is a
+    remark on it whatever it opens with; after one that does not, a conclusion still reads."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending in ("So the answer is 42.\n\nIn total, this took 4 steps.", "The answer is 42. So checking took 4 s."):
+        assert not math_score(think + ending, "4") and math_score(think + ending, "42"), ending
+    assert math_score(think + "The first leg is 120 minutes. In total, the walk takes 204 minutes.", "204")

@@ -297,8 +297,8 @@ def _stated_plainly(tail: str) -> str | None:
     (`The sum is 5, and the product is 6.`: two quantities, no one answer; those before a "so" are what the last is
     derived from, `_CONSEQUENCE`), nor a verb of measure right after a sentence stating another value (`... is 42.
     This took 3 tries.`: a remark on it, the sentence before it read instead), unless it opens with a conclusion
-    (`So it takes 204 minutes.`). A text that is a value alone (`**42**`, `_LONE_VALUE`) is that value; a result
-    named before a colon (`The final count: 45`, `_NAMED_RESULT`) too."""
+    (`So it takes 204 minutes.`) and that sentence names no answer. A text that is a value alone (`**42**`,
+    `_LONE_VALUE`) is that value; a result named before a colon (`The final count: 45`, `_NAMED_RESULT`) too."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
     if len(tail) <= 4 * MAX_ANSWER_CHARS and _LONE_VALUE.fullmatch(clean_answer(text)):
         return text
@@ -311,7 +311,8 @@ def _stated_plainly(tail: str) -> str | None:
     # a measure after a sentence stating another value remarks on it (`... is 42. This took 3 tries.`): that
     # sentence's value is the answer
     previous = sentences[-2] if len(sentences) > 1 else _SENTENCE_END.split(before.rstrip())[-1]
-    if measure and not _CONCLUDING.match(sentence) and _states_another(previous, value):
+    concluding = _CONCLUDING.match(sentence) and not re.search(r"(?<![A-Za-z])answer(?![A-Za-z])", previous, re.I)
+    if measure and not concluding and _states_another(previous, value):
         earlier = _sentence_value(_END_MARKS.sub("", previous.strip()))
         return earlier[0] if earlier is not None and not earlier[1] else None
     return value
