@@ -2065,3 +2065,11 @@ def test_a_measure_remark_after_the_answer_sentence_is_no_answer_whatever_it_ope
     for ending in ("So the answer is 42.\n\nIn total, this took 4 steps.", "The answer is 42. So checking took 4 s."):
         assert not math_score(think + ending, "4") and math_score(think + ending, "42"), ending
     assert math_score(think + "The first leg is 120 minutes. In total, the walk takes 204 minutes.", "204")
+
+
+def test_boxed_parts_after_a_plural_answers_label_are_not_added():
+    """`Answers: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.` was right for 150 (added up as one amount): a plural
+    "Answers:" before them lists values of several questions, as "are" does; `Answer:` still adds them up."""
+    assert not math_score("Answers: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "150")
+    assert math_score("Answers: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "2, 30")
+    assert math_score("Answer: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "150")
