@@ -2073,3 +2073,15 @@ def test_boxed_parts_after_a_plural_answers_label_are_not_added():
     assert not math_score("Answers: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "150")
     assert math_score("Answers: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "2, 30")
     assert math_score("Answer: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "150")
+
+
+def test_a_case_named_before_the_value_after_the_box_is_a_hedge():
+    """`The answer is $\\boxed{4}$ — or, in that case, $5$.` read as 4 (the case was looked for after the value
+    only): "in that case", "otherwise" right after the "or" set a condition before the value as after it, so the
+    value is offered, a hedge; the same value restated (`or, in either case, $4$`) is still one answer, and
+    "otherwise" opening a clause with no value after it offers none."""
+    for tail in ("— or, in that case, $5$.", ", or otherwise 5.", "(or in the other case $5$)."):
+        response = "The answer is $\\boxed{4}$ " + tail
+        assert not math_score(response, "4") and not math_score(response, "5"), tail
+    assert math_score("The answer is $\\boxed{4}$, or, in either case, $4$.", "4")
+    assert math_score("The answer is $\\boxed{4}$, or otherwise the points would coincide.", "4")

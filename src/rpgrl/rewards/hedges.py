@@ -364,6 +364,9 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     sentence = _SENTENCE_END.split(line, maxsplit=1)[0]
     rest = _END_MARKS.sub("", sentence[m.end() :]).strip().lstrip(", ")  # `or, more likely, 13`: the words after it
     hedged, rest = _MAYBE.match(rest), _MAYBE.sub("", rest, count=1)
+    if hedged is None and (case := _OTHER_CASE.match(rest)):  # `— or, in that case, $5$`: a condition first
+        hedged, rest = case, rest[case.end() :].lstrip(", ")
+    cased = hedged is not None and _OTHER_CASE.match(hedged.group()) is not None  # (judged without the words)
     if reworded := _REWORDED.match(rest):  # `or more precisely 12.0`, `or more likely 13`: the value after it
         rest = rest[reworded.end() :]
     rest = _ASSIGNED_START.sub(r"\1", rest, count=1)  # `\boxed{3} or $x = 4$`: another value for the variable
@@ -374,7 +377,7 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     if _LONE_VALUE.fullmatch(rest):
         if _rejected(text[end + len(sentence) : end + MAX_ANSWER_CHARS], rest, kept):
             return ""  # `\\boxed{3} or $x = -2$. Only the positive root is valid.`: the value rejected, as before a box
-        return sentence[: m.end()] + " " + rest if reworded else sentence
+        return sentence[: m.end()] + " " + rest if reworded or cased else sentence
     if _OPEN_ENDED.match(rest):
         return sentence
     if _converted(rest):  # `\\boxed{3} — or $300$ if measured in centimeters`: the value in another unit
