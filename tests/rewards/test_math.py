@@ -2085,3 +2085,17 @@ def test_a_case_named_before_the_value_after_the_box_is_a_hedge():
         assert not math_score(response, "4") and not math_score(response, "5"), tail
     assert math_score("The answer is $\\boxed{4}$, or, in either case, $4$.", "4")
     assert math_score("The answer is $\\boxed{4}$, or otherwise the points would coincide.", "4")
+
+
+def test_a_connector_in_another_clause_derives_nothing():
+    """After `</think>`, `The sum is 5, which is odd, and the product is 6.` read as 6 (the "which is" of a remark on
+    5 read as deriving 6 from it): a "so" / "which is" derives the last value only in its own clause, with no "and"
+    or comma between them; two quantities stay no answer, `Each side is 3, so the perimeter is 12.` is 12."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending in (
+        "The sum is 5, which is odd, and the product is 6.",
+        "The sum is 5, so it is odd; the product is 6.",
+    ):
+        assert not math_score(think + ending, "6"), ending
+    assert math_score(think + "Each side is 3, so the perimeter is 12.", "12")
+    assert math_score(think + "In total it takes 3 hours, which is 180 minutes.", "180")

@@ -278,6 +278,8 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE,
 )
 
+_CLAUSE_BREAK = re.compile(r"[,;]|(?<![A-Za-z])(?:and|but)(?![A-Za-z])", re.IGNORECASE)  # between two clauses
+
 # a sentence that opens with its conclusion (`So the walk takes 204 minutes.`, `In total, it costs 12 dollars.`)
 _CONCLUDING = re.compile(
     r"\s*(?:so|thus|hence|therefore|altogether|overall|finally|in\s+(?:total|all|the\s+end))(?![A-Za-z])",
@@ -334,8 +336,14 @@ def _statement(sentence: str) -> re.Match | None:
     """The match of `_PLAIN_STATEMENT` that gives `sentence`'s value (`_stated_plainly`), else None: its last, nothing
     after it but words, the only value it states but for those it derives it from (`_CONSEQUENCE`)."""
     said = list(_PLAIN_STATEMENT.finditer(sentence))
-    if said:  # the values before a "so" are what the last is derived from (`Each side is 3, so the perimeter is 12`)
-        derived = [c.start() for c in _CONSEQUENCE.finditer(sentence) if c.start() <= said[-1].start()]
+    if said:  # the values before a "so" are what the last is derived from (`Each side is 3, so the perimeter is 12`),
+        # a "so" in its clause (not `5, which is odd, and the product is 6`: a remark on 5)
+        last = said[-1].start()
+        derived = [
+            c.start()
+            for c in _CONSEQUENCE.finditer(sentence)
+            if c.start() <= last and not _CLAUSE_BREAK.search(sentence, min(c.end(), last), last)
+        ]
         said = [m for m in said if m.start() >= max(derived, default=0)]
     if not said or sentence.endswith("?") or len({clean_answer(m.group("value")) for m in said}) > 1:
         return None
