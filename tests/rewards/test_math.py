@@ -1953,15 +1953,15 @@ def test_a_sentence_deriving_its_value_from_others_after_think_reads_the_derived
 
 
 def test_a_measure_sentence_after_an_answer_after_think_is_no_answer():
-    """After `</think>`, `The number of arrangements is 42. This took 3 tries to verify.` read as 3 (a verb of measure
-    states a value, and the last sentence was read): a sentence with a verb of measure right after one that states
-    another value plainly is a remark on it, not the answer, unless it opens with a conclusion (`So the walk takes
-    204 minutes.`); alone, or after words with no value stated, it reads as before."""
+    """After `</think>`, `So the number of arrangements is 42. This took 3 tries to verify.` read as 3 (a verb of
+    measure states a value, and the last sentence was read): a sentence with a verb of measure right after a
+    conclusion with another value is a remark on it, not the answer, unless it opens with a conclusion of its own
+    (`So the walk takes 204 minutes.`); alone, or after a sentence that concludes nothing, it reads as before."""
     think = "<think>\nWorking it out.\n</think>\n\n"
     for ending, stray in (
-        ("The number of arrangements is 42. This took 3 tries to verify.", "3"),
+        ("So the number of arrangements is 42. This took 3 tries to verify.", "3"),
         ("So the minimum is 8.\n\nThe proof takes 2 steps.", "2"),
-        ("Each lap is 400 m, so Sam runs 10 laps. Each lap takes 2 minutes.", "2"),
+        ("Thus Sam runs 10 laps of 400 m. Each lap takes 2 minutes.", "2"),
         ("The final count: 45. Counting took 5 minutes.", "5"),
     ):
         assert not math_score(think + ending, stray), ending
@@ -1976,16 +1976,16 @@ def test_a_measure_sentence_after_an_answer_after_think_is_no_answer():
 
 
 def test_the_statement_before_a_measure_remark_after_think_is_the_answer():
-    """After `</think>`, `The number of arrangements is 42. This took 3 tries to verify.` was no answer once the
+    """After `</think>`, `So the number of arrangements is 42. This took 3 tries to verify.` was no answer once the
     remark was no longer read (a grader reads 42): the sentence before the remark, read as a plain statement
     (`_stated_plainly`), is the answer; one that states no one value stays no answer."""
     think = "<think>\nWorking it out.\n</think>\n\n"
     for ending, truth in (
-        ("The number of arrangements is 42. This took 3 tries to verify.", "42"),
+        ("So the number of arrangements is 42. This took 3 tries to verify.", "42"),
         ("So the minimum is 8.\n\nThe proof takes 2 steps.", "8"),
     ):
         assert math_score(think + ending, truth) and not math_score(think + ending, "3"), ending
-    assert not math_score(think + "Each lap is 400 m, so Sam runs 10 laps. Each lap takes 2 minutes.", "400")
+    assert not math_score(think + "Thus Sam runs 10 laps of 400 m. Each lap takes 2 minutes.", "400")
 
 
 def test_a_remark_that_rejects_no_value_keeps_the_hedge():
@@ -2099,3 +2099,17 @@ def test_a_connector_in_another_clause_derives_nothing():
         assert not math_score(think + ending, "6"), ending
     assert math_score(think + "Each side is 3, so the perimeter is 12.", "12")
     assert math_score(think + "In total it takes 3 hours, which is 180 minutes.", "180")
+
+
+def test_a_measure_after_a_sentence_that_concludes_nothing_is_the_answer():
+    """After `</think>`, `The walk is 17 km.` then `The walk takes 204 minutes.` read as 17 (the measure taken for a
+    remark on the sentence before it, whose value was read): a summary's steps state values before the last one,
+    so only a sentence that concludes (names the answer, opens with "So", names a result before a colon) makes the
+    measure after it a remark."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending in (
+        "The walk is 17 km.\n\nThe walk takes 204 minutes.",
+        "The speed is 5 km/h. The walk takes 204 minutes.",
+    ):
+        assert math_score(think + ending, "204") and not math_score(think + ending, "17"), ending
+    assert not math_score(think + "Thus 17 students passed. Grading took 3 hours.", "3")

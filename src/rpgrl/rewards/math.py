@@ -297,10 +297,10 @@ def _stated_plainly(tail: str) -> str | None:
     each block can be rotated`; after "there are", a noun phrase: `9 such dates in 2023`); not a question, nor a
     sentence that goes on with another value or math (`is 42 minus $3$`), nor one stating two different values
     (`The sum is 5, and the product is 6.`: two quantities, no one answer; those before a "so" are what the last is
-    derived from, `_CONSEQUENCE`), nor a verb of measure right after a sentence stating another value (`... is 42.
-    This took 3 tries.`: a remark on it, the sentence before it read instead), unless it opens with a conclusion
-    (`So it takes 204 minutes.`) and that sentence names no answer. A text that is a value alone (`**42**`,
-    `_LONE_VALUE`) is that value; a result named before a colon (`The final count: 45`, `_NAMED_RESULT`) too."""
+    derived from, `_CONSEQUENCE`), nor a verb of measure right after a conclusion stating another value (`So it is
+    42. This took 3 tries.`: a remark on it, the sentence before it read instead; `_remark_after`). A text that is
+    a value alone (`**42**`, `_LONE_VALUE`) is that value; a result named before a colon (`The final count: 45`,
+    `_NAMED_RESULT`) too."""
     text = _END_MARKS.sub("", tail[-4 * MAX_ANSWER_CHARS :].rstrip())
     if len(tail) <= 4 * MAX_ANSWER_CHARS and _LONE_VALUE.fullmatch(clean_answer(text)):
         return text
@@ -310,14 +310,28 @@ def _stated_plainly(tail: str) -> str | None:
     if (found := _sentence_value(sentence)) is None:
         return None
     value, measure = found
-    # a measure after a sentence stating another value remarks on it (`... is 42. This took 3 tries.`): that
+    # a measure after a conclusion stating another value remarks on it (`So it is 42. This took 3 tries.`): that
     # sentence's value is the answer
     previous = sentences[-2] if len(sentences) > 1 else _SENTENCE_END.split(before.rstrip())[-1]
-    concluding = _CONCLUDING.match(sentence) and not re.search(r"(?<![A-Za-z])answer(?![A-Za-z])", previous, re.I)
-    if measure and not concluding and _states_another(previous, value):
+    if measure and _remark_after(_END_MARKS.sub("", previous.strip()), sentence, value):
         earlier = _sentence_value(_END_MARKS.sub("", previous.strip()))
         return earlier[0] if earlier is not None and not earlier[1] else None
     return value
+
+
+def _remark_after(previous: str, sentence: str, value: str) -> bool:
+    """Whether `sentence`, stating `value` with a verb of measure, remarks on the sentence before it (`previous`):
+    that one concludes (names the answer, opens with a conclusion, or names a result before a colon: `So the minimum
+    is 8.`, `The answer is 12.`, `The final count: 45`) with another number, and `sentence` opens with no
+    conclusion of its own (`So the walk takes 204 minutes.`), unless `previous` names the answer. After a sentence
+    that only states a value (`The walk is 17 km.`), a measure is the answer, as a summary's last step."""
+    names_answer = re.search(r"(?<![A-Za-z])answer(?![A-Za-z])", previous, re.IGNORECASE) is not None
+    if _CONCLUDING.match(sentence) and not names_answer:
+        return False
+    if not (names_answer or _CONCLUDING.match(previous) or _NAMED_RESULT.fullmatch(previous)):
+        return False
+    numbers = re.findall(r"\d+(?:\.\d+)?", previous)
+    return _states_another(previous, value) or (bool(numbers) and clean_answer(value) not in numbers)
 
 
 def _sentence_value(sentence: str) -> tuple[str, bool] | None:
