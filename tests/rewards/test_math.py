@@ -2113,3 +2113,13 @@ def test_a_measure_after_a_sentence_that_concludes_nothing_is_the_answer():
     ):
         assert math_score(think + ending, "204") and not math_score(think + ending, "17"), ending
     assert not math_score(think + "Thus 17 students passed. Grading took 3 hours.", "3")
+
+
+def test_the_box_in_another_unit_under_a_condition_restates_it():
+    """`The answer is $\\boxed{2}$ hours, or $120$ minutes in that case.` (and `, or 120 minutes if you prefer`) was
+    wrong for 2 once a condition after a unit made a hedge: a value that is the box's own amount in another unit
+    (`presentation.unit_scale`) restates it, whatever follows; another amount under a condition stays a hedge."""
+    for tail in ("or $120$ minutes in that case.", "or 120 minutes if you prefer.", "or 120 min if needed."):
+        assert math_score("The answer is $\\boxed{2}$ hours, " + tail, "2"), tail
+    assert not math_score("The answer is $\\boxed{2}$ hours, or 3 hours if it rains.", "2")
+    assert not math_score("The answer is $\\boxed{2}$ hours, or 150 minutes if it rains.", "2")

@@ -390,7 +390,7 @@ def _hedge_after(text: str, end: int, kept: str = "") -> str:
     # (not "or else" and a clause: "otherwise", a reason: `\\boxed{5}, or else $2$ of the points would coincide`)
     hedged = hedged and not hedged.group().lower().startswith("else")
     if (word and (hedged or reworded or _conditional(rest, word))) or (
-        value and _conditional_after_unit(rest, value.end())
+        value and _conditional_after_unit(rest, value.end(), _amount(kept, _WORD_AFTER_BOX.match(text, end)))
     ):
         return sentence[: m.end()] + " " + value.group().strip()
     return ""
@@ -401,12 +401,21 @@ def _conditional(rest: str, word: re.Match) -> bool:
     return word.group(1).lower() in _CONDITIONS or _OTHER_CASE.match(rest, word.start()) is not None
 
 
-def _conditional_after_unit(rest: str, end: int) -> bool:
+def _conditional_after_unit(rest: str, end: int, box: tuple[str, Fraction] | None) -> bool:
     """Whether a unit after the value ending at `end` of `rest` is followed by a condition (`or 3 hours if it rains`,
-    `or 4 m in that case`): the value is offered under it, as without the unit."""
+    `or 4 m in that case`): the value is offered under it, as without the unit; not when it is the box's own amount
+    `box` (`_amount`) in that unit (`\\boxed{2} hours, or 120 minutes if you prefer`: restated)."""
     unit = _UNIT_AFTER_VALUE.match(rest, end)
     word = _WORD_AFTER_VALUE.match(rest, unit.end()) if unit and _is_unit(unit.group(1)) else None
-    return word is not None and _conditional(rest, word)
+    return word is not None and _conditional(rest, word) and (box is None or _amount(rest[:end], unit) != box)
+
+
+def _amount(number: str, unit: re.Match | None) -> tuple[str, Fraction] | None:
+    """(quantity, size in its base unit) of a plain `number` (`2`, `$120$`) in the unit `unit` names (its group 1,
+    `unit_scale`), else None."""
+    n = re.fullmatch(r"[\s$]*(-?\d{1,30}(?:\.\d{1,30})?)[\s$]*", number)
+    scale = unit_scale(unit.group(1)) if unit else None
+    return (scale[0], Fraction(n.group(1)) * scale[1]) if n and scale else None
 
 
 # a value, then the unit it is in (`$300$ if measured in centimeters`, `300 when expressed in cm`, `$\frac{\pi}{2}$ in
