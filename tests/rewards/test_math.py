@@ -2123,3 +2123,13 @@ def test_the_box_in_another_unit_under_a_condition_restates_it():
         assert math_score("The answer is $\\boxed{2}$ hours, " + tail, "2"), tail
     assert not math_score("The answer is $\\boxed{2}$ hours, or 3 hours if it rains.", "2")
     assert not math_score("The answer is $\\boxed{2}$ hours, or 150 minutes if it rains.", "2")
+
+
+def test_a_remark_naming_the_value_it_rejects_drops_it():
+    """`Answer: x = 3 or x = -2 (-2 is rejected)` was a hedge (wrong for 3): a remark that names the value before it
+    and rejects it (`(-2 is rejected)`, `(x = -2 is extraneous)`) drops it as `(rejected)` does; one naming another
+    value (`3 or -2 (3 is rejected)`, a muddle) drops nothing."""
+    q = "We solve the equation step by step.\n\nAnswer: "
+    for answer in ("x = 3 or x = -2 (-2 is rejected)", "x = 3 or x = -2 (x = -2 is extraneous)"):
+        assert math_score(q + answer, "3") and not math_score(q + answer, "-2"), answer
+    assert not math_score(q + "3 or -2 (3 is rejected)", "3") and not math_score(q + "3 or -2 (3 is rejected)", "-2")

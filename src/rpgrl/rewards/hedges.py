@@ -789,9 +789,10 @@ _OR_PARTS = re.compile(
 # (extraneous)`, `-2, which is extraneous`, `-2 — not valid`); a negation before the word rejects nothing (`(not
 # rejected)`), nor the word opening a phrase about something else (`impossible to decide`, `excluded the empty set`,
 # `rejected x = -2`: another value named) or set under a condition (`invalid if n must be odd`): after it only an
-# end, a reason or a noun for the value
+# end, a reason or a noun for the value; the value may be named before it (`(-2 is rejected)`: `_rejects_itself`)
 _REJECTED_REMARK = re.compile(
-    rf"(?:\(\s*|,\s*(?:which\s+(?:is|was)\s+|but\s+(?:it|this)\s+is\s+)?|\s*{_DASH}\s*)"
+    rf"(?:\(\s*(?:(?P<named>(?:[A-Za-z]\s*=\s*)?[-+]?\d[\d.]*)\s+(?:is|was)\s+)?"
+    rf"|,\s*(?:which\s+(?:is|was)\s+|but\s+(?:it|this)\s+is\s+)?|\s*{_DASH}\s*)"
     r"(?:rejected|extraneous|discarded|excluded|invalid|impossible"
     r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))(?![A-Za-z])"
     r"(?![^()]*(?<![A-Za-z])(?:if|unless|when|whenever|depending)(?![A-Za-z]))"
@@ -808,8 +809,19 @@ def without_rejected(answer: str) -> str:
     if len(answer) > MAX_ANSWER_CHARS or not _OR_WORD.search(answer):
         return answer
     parts = [_END_MARKS.sub("", _without_separator(p)).strip() for p in _OR_PARTS.split(answer)]
-    kept = [p for p in parts if not ((m := _REJECTED_REMARK.search(p)) and re.search(r"\d", p[: m.start()]))]
+    kept = [p for p in parts if not _rejects_itself(p)]
     return kept[0] if len(kept) == 1 < len(parts) and re.search(r"\d", kept[0]) else answer
+
+
+def _rejects_itself(part: str) -> bool:
+    """Whether a hedge's `part` is a value and a remark rejecting it (`_REJECTED_REMARK`), one that names no value or
+    names this one (`-2 (-2 is rejected)`; not `-2 (3 is rejected)`)."""
+    m = _REJECTED_REMARK.search(part)
+    values = re.findall(r"[-+]?\d[\d.]*", part[: m.start()]) if m else []
+    if not values:
+        return False
+    named = m.group("named")
+    return named is None or re.sub(r"^[A-Za-z]\s*=\s*", "", named).rstrip(".") == values[-1].rstrip(".")
 
 
 def values_offered(hedge: str) -> list[str]:
