@@ -2133,3 +2133,19 @@ def test_a_remark_naming_the_value_it_rejects_drops_it():
     for answer in ("x = 3 or x = -2 (-2 is rejected)", "x = 3 or x = -2 (x = -2 is extraneous)"):
         assert math_score(q + answer, "3") and not math_score(q + answer, "-2"), answer
     assert not math_score(q + "3 or -2 (3 is rejected)", "3") and not math_score(q + "3 or -2 (3 is rejected)", "-2")
+
+
+def test_values_a_sentence_derives_from_are_no_other_answers():
+    """After `</think>`, `Since the side is 4, the area is 16.` and `The side is 4, hence the area is 16, and the
+    perimeter is 16.` were no answer (two different values stated): a value in a clause opened by "since" or
+    "because" is a premise, and a "so" counts when a statement follows it in its clause (the value it derives may
+    be stated again after it); `The side is 4, hence the area is 16, and the perimeter is 20.` stays no answer."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending in (
+        "Since the side is 4, the area is 16.",
+        "The side is 4, hence the area is 16, and the perimeter is 16.",
+        "Because each side is 4, the area is 16.",
+    ):
+        assert math_score(think + ending, "16") and not math_score(think + ending, "4"), ending
+    assert not math_score(think + "The side is 4, hence the area is 16, and the perimeter is 20.", "20")
+    assert not math_score(think + "The sum is 5, which is odd, and the product is 6.", "6")

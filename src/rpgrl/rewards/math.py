@@ -278,6 +278,8 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE,
 )
 
+# a clause opened by "since" or "because" (`Since the side is 4, the area is 16.`): a premise, up to its comma
+_PREMISE = re.compile(r"(?<![A-Za-z])(?:since|because)(?![A-Za-z])[^,;]*", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r"[,;]|(?<![A-Za-z])(?:and|but)(?![A-Za-z])", re.IGNORECASE)  # between two clauses
 
 # a sentence that opens with its conclusion (`So the walk takes 204 minutes.`, `In total, it costs 12 dollars.`)
@@ -348,23 +350,30 @@ def _sentence_value(sentence: str) -> tuple[str, bool] | None:
 
 def _statement(sentence: str) -> re.Match | None:
     """The match of `_PLAIN_STATEMENT` that gives `sentence`'s value (`_stated_plainly`), else None: its last, nothing
-    after it but words, the only value it states but for those it derives it from (`_CONSEQUENCE`)."""
-    said = list(_PLAIN_STATEMENT.finditer(sentence))
-    if said:  # the values before a "so" are what the last is derived from (`Each side is 3, so the perimeter is 12`),
-        # a "so" in its clause (not `5, which is odd, and the product is 6`: a remark on 5)
-        last = said[-1].start()
-        derived = [
-            c.start()
-            for c in _CONSEQUENCE.finditer(sentence)
-            if c.start() <= last and not _CLAUSE_BREAK.search(sentence, min(c.end(), last), last)
-        ]
-        said = [m for m in said if m.start() >= max(derived, default=0)]
+    after it but words, the only value it states but for those it derives it from (`_derived_from`)."""
+    said = _derived_from(sentence, list(_PLAIN_STATEMENT.finditer(sentence)))
     if not said or sentence.endswith("?") or len({clean_answer(m.group("value")) for m in said}) > 1:
         return None
     m, after = said[-1], sentence[said[-1].end() :]
     if re.search(r"[$\\]", after) or (m.group("there") is None and re.search(r"\d", after)):
         return None
     return m
+
+
+def _derived_from(sentence: str, said: list[re.Match]) -> list[re.Match]:
+    """The statements `said` of `sentence` but those its last value is derived from: before a "so" (`_CONSEQUENCE`)
+    that a statement follows in its clause (`Each side is 3, so the perimeter is 12`; not `5, which is odd, and the
+    product is 6`: a remark on 5), or in a clause opened by "since" or "because" (`Since the side is 4, the area is
+    16`: a premise)."""
+    if not said:
+        return said
+    cut = 0
+    for c in _CONSEQUENCE.finditer(sentence):
+        first = next((m.start() for m in said if m.start() >= c.start()), None)  # (`which is 180`: its own "is")
+        if first is not None and not _CLAUSE_BREAK.search(sentence, min(c.end(), first), first):
+            cut = c.start()
+    premises = [p.span() for p in _PREMISE.finditer(sentence)]
+    return [m for m in said if m.start() >= cut and not any(a <= m.start() < b for a, b in premises)]
 
 
 def _states_another(sentence: str, value: str) -> bool:
