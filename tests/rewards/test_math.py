@@ -2149,3 +2149,10 @@ def test_values_a_sentence_derives_from_are_no_other_answers():
         assert math_score(think + ending, "16") and not math_score(think + ending, "4"), ending
     assert not math_score(think + "The side is 4, hence the area is 16, and the perimeter is 20.", "20")
     assert not math_score(think + "The sum is 5, which is odd, and the product is 6.", "6")
+
+
+def test_boxed_parts_after_are_and_a_colon_are_not_added():
+    """`The two answers are: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.` was right for 150 (a colon after "are"
+    hid the plural verb): the colon is passed over."""
+    assert not math_score("The two answers are: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "150")
+    assert math_score("The two answers are: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "2, 30")

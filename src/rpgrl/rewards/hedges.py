@@ -90,7 +90,9 @@ def box_run(text: str, boxes: list[tuple[int, str]]) -> str:
 # $\boxed{40}$ cm`, `$\boxed{2}$ hours and $\boxed{30}$ minutes, respectively`): a plural verb or an `Answers:`
 # label right before the first box (not "there are": `There are $\boxed{2}$ hours and ...` is one amount),
 # "respectively" after the last
-_PLURAL_BEFORE = re.compile(r"(?<![A-Za-z])(?<!there\s)(?:are|were|answers\**\s*:\**)[ \t]*\$?[ \t]*$", re.IGNORECASE)
+_PLURAL_BEFORE = re.compile(
+    r"(?<![A-Za-z])(?<!there\s)(?:(?:are|were)[ \t]*:?|answers\**\s*:\**)[ \t]*\$?[ \t]*$", re.IGNORECASE
+)
 _RESPECTIVELY = re.compile(r"[ \t$]*,?[ \t]*respectively(?![A-Za-z])", re.IGNORECASE)
 
 
