@@ -2156,3 +2156,14 @@ def test_boxed_parts_after_are_and_a_colon_are_not_added():
     hid the plural verb): the colon is passed over."""
     assert not math_score("The two answers are: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "150")
     assert math_score("The two answers are: $\\boxed{2}$ hours and $\\boxed{30}$ minutes.", "2, 30")
+
+
+def test_a_remark_saying_the_value_cannot_be_so_rejects_it():
+    """`Answer: x = 3 or x = -2 (impossible to be negative)` was a hedge once `impossible to decide` was no rejection
+    (wrong for 3; right before): only "impossible" / "not possible" before a verb of knowing (`to decide`, `to say`,
+    `to tell`, `to be sure`) is about the answerer; before another verb it rejects the value."""
+    q = "We solve the equation step by step.\n\nAnswer: "
+    for answer in ("x = 3 or x = -2 (impossible to be negative)", "3 or -2, which is impossible to satisfy"):
+        assert math_score(q + answer, "3") and not math_score(q + answer, "-2"), answer
+    for answer in ("3 or 5 (impossible to tell)", "3 or 5, but it is not possible to be sure"):
+        assert not math_score(q + answer, "3"), answer

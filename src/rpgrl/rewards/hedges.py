@@ -791,7 +791,9 @@ _OR_PARTS = re.compile(
 # (extraneous)`, `-2, which is extraneous`, `-2 — not valid`); a negation before the word rejects nothing (`(not
 # rejected)`), nor the word opening a phrase about something else (`impossible to decide`, `excluded the empty set`,
 # `rejected x = -2`: another value named) or set under a condition (`invalid if n must be odd`): after it only an
-# end, a reason or a noun for the value; the value may be named before it (`(-2 is rejected)`: `_rejects_itself`)
+# end, a reason, a noun for the value, or after "impossible" a verb but one of knowing (`impossible to be
+# negative` rejects, `impossible to tell` does not); the value may be named before it (`(-2 is rejected)`:
+# `_rejects_itself`)
 _REJECTED_REMARK = re.compile(
     rf"(?:\(\s*(?:(?P<named>(?:[A-Za-z]\s*=\s*)?[-+]?\d[\d.]*)\s+(?:is|was)\s+)?"
     rf"|,\s*(?:which\s+(?:is|was)\s+|but\s+(?:it|this)\s+is\s+)?|\s*{_DASH}\s*)"
@@ -799,7 +801,8 @@ _REJECTED_REMARK = re.compile(
     r"|not\s+(?:valid|allowed|possible|a\s+solution|in\s+the\s+domain))(?![A-Za-z])"
     r"(?![^()]*(?<![A-Za-z])(?:if|unless|when|whenever|depending)(?![A-Za-z]))"
     r"(?:\s*(?:[,;:.)]|$)|\s+(?:since|as|because|for|by|due|given|here|roots?|solutions?|values?|answers?|cases?)"
-    r"(?![A-Za-z]))[^()]*\)?$",
+    r"(?![A-Za-z])|(?<=possible)\s+to\s+(?!(?:decide|say|tell|know|determine|distinguish|choose|pick|be\s+sure)"
+    r"(?![A-Za-z]))[A-Za-z])[^()]*\)?$",
     re.IGNORECASE,
 )
 
