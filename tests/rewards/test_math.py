@@ -2167,3 +2167,14 @@ def test_a_remark_saying_the_value_cannot_be_so_rejects_it():
         assert math_score(q + answer, "3") and not math_score(q + answer, "-2"), answer
     for answer in ("3 or 5 (impossible to tell)", "3 or 5, but it is not possible to be sure"):
         assert not math_score(q + answer, "3"), answer
+
+
+def test_a_result_named_with_of_before_a_colon_after_think_is_read():
+    """After `</think>`, `Total number of ways: 1,260` and `Sum of all such bases: 70` were no answer (the phrase
+    before the colon had to end in a word for a result): a word for a result and "of" with up to three words after
+    it names one too; a clause before the colon (`Let me count the number of ways: 12`) still does not."""
+    think = "<think>\nWorking it out.\n</think>\n\n"
+    for ending, truth in (("Total number of ways: 1,260", "1260"), ("Sum of all such bases: 70", "70"),
+                          ("The number of valid arrangements: 42.", "42")):  # fmt: skip
+        assert math_score(think + ending, truth) and not math_score(think + ending, "7"), ending
+    assert not math_score(think + "Let me count the number of ways: 12", "12")

@@ -259,15 +259,16 @@ _PLAIN_STATEMENT = re.compile(
     re.IGNORECASE,
 )
 # a result named before a colon and its value (`The final count: 45`, `Total: 45`, `The walking time: 204 minutes`):
-# a short noun phrase ending in a word for a result (a determiner only first: not `Check the count: 45`), not a
-# clause (`Let me think: 42`)
+# a short noun phrase ending in a word for a result, or in one and "of" with up to three words (`Total number of
+# ways: 1,260`) (a determiner only first: not `Check the count: 45`), not a clause (`Let me think: 42`)
 _RESULT_NOUN = (
     r"(?:count|total|sum|result|value|number|product|difference|quotient|remainder|area|perimeter|volume|length"
     r"|distance|time|probability|minimum|maximum|cost|price|amount|ratio|score|age|speed)"
 )
 _NAMED_RESULT = re.compile(
     r"(?:(?:so|thus|hence|therefore|finally)\s*,?\s+)?(?:(?:the|our|my)\s+)?(?:(?!(?:the|a|an|our|my)\s)[A-Za-z-]+\s+)"
-    rf"{{0,3}}?{_RESULT_NOUN}\s*:\s*{_PLAIN_VALUE}(?:\s+(?P<unit>[A-Za-z][A-Za-z /]{{0,40}}))?",
+    rf"{{0,3}}?{_RESULT_NOUN}(?:\s+of(?:\s+[A-Za-z-]+){{1,3}}?)?\s*:\s*{_PLAIN_VALUE}"
+    r"(?:\s+(?P<unit>[A-Za-z][A-Za-z /]{0,40}))?",
     re.IGNORECASE,
 )
 
