@@ -875,3 +875,24 @@ def test_a_resume_that_changes_settings_names_them(capsys, finished_run, tmp_pat
     assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "4", "--loss.beta", "0.5"]) == 0
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("--resume: changed")]
     assert len((out / "config_changes.jsonl").read_text().splitlines()) == 1  # no change, no line
+
+
+def test_a_resume_of_a_config_json_without_a_later_field_logs_no_change(capsys, finished_run, tmp_path):
+    """A config.json written before data.truncation existed reads as truncation "left" (`BEFORE_TRUNCATION`): a resume
+    that changed nothing wrote {"data.truncation": null -> "left"} to config_changes.jsonl (and nothing printed)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    saved = json.loads((out / "config.json").read_text())
+    del saved["data"]["truncation"]
+    (out / "config.json").write_text(json.dumps(saved))
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "3"]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("--resume: changed")]
+    assert not (out / "config_changes.jsonl").exists()
+    saved = json.loads((out / "config.json").read_text())  # again, and a real change: only that one is logged
+    del saved["data"]["truncation"]
+    (out / "config.json").write_text(json.dumps(saved))
+    assert rpgrl_main(["train", "--out", str(out), "--resume", "--max-steps", "4", "--loss.beta", "0.5"]) == 0
+    change = {"step": 3, "before": {"loss.beta": 0.0001}, "after": {"loss.beta": 0.5}}
+    assert [json.loads(line) for line in (out / "config_changes.jsonl").read_text().splitlines()] == [change]

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from rpgrl import metrics as M
-from rpgrl.config import Config, config_to_dict
+from rpgrl.config import Config, config_from_dict, config_to_dict
 from rpgrl.errors import Diverged, UsageError, first_line
 from rpgrl.objectives.checks import LossOverflow
 from rpgrl.objectives.reduce import masked_mean
@@ -220,9 +220,13 @@ def _put_back(aside: Path, out: Path) -> None:
 def _log_config_changes(out: Path, step: int, new: dict) -> None:
     """A resume that changes settings (besides train.max_steps) appends {"step", "before", "after"} to
     config_changes.jsonl, the keys as section.field, before config.json is written with the new values: the steps up
-    to `step` ran with the old ones, which config.json alone no longer says."""
+    to `step` ran with the old ones, which config.json alone no longer says. The old file is read as `--resume`
+    reads it: a field it lacks (written before the field existed) holds the value that run used, not null."""
+    from rpgrl.trainer.cli import BEFORE_TRUNCATION
+
     try:
         old = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        old = config_to_dict(config_from_dict(old, base=BEFORE_TRUNCATION))
     except (OSError, ValueError):  # none, or not readable (open_run has checked the one a resume reads)
         return
     before, after = _by_key(old), _by_key(new)
