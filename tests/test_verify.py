@@ -39,7 +39,10 @@ def test_a_seed_out_of_range_is_one_line(capsys, seed, needle):
     "argv, needle",
     [(["verify", "--voc", "2"], "--voc 2; did you mean --vocab?"),  # an abbreviation: taken before, as --vocab
      (["reproduce", "--qu"], "unrecognized arguments: --qu; did you mean --quick?"),  # was: CLAIM is required
-     (["verify", "--zzz"], "unrecognized arguments: --zzz (see")],
+     (["verify", "--zzz"], "unrecognized arguments: --zzz (see"),
+     # `--` (or `--=3`) names no option: it was "did you mean" every option
+     (["verify", "--", "x"], "unrecognized arguments: -- x (see"),
+     (["verify", "--=3"], "unrecognized arguments: --=3 (see")],
 )  # fmt: skip
 def test_options_are_taken_whole_and_a_misspelt_one_is_named(capsys, argv, needle):
     assert cli.main(argv) == 2

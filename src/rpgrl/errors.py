@@ -154,7 +154,7 @@ class ArgumentParser(argparse.ArgumentParser):
         if not message.startswith("unrecognized arguments: "):
             return ""
         given = message.split(": ", 1)[1].split()[0].split("=", 1)[0]
-        if not given.startswith("--"):
+        if not given.startswith("--") or given == "--":  # `--` (or `--=x`) names no option
             return ""
         known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
         near = [o for o in known if o.startswith(given)] or difflib.get_close_matches(given, known, n=2, cutoff=0.75)
