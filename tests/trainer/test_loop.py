@@ -1419,3 +1419,32 @@ def test_wall_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch
     assert json.loads((out / "summary.json").read_text())["wall_seconds"] == again["wall_seconds"]
     more = loop.train(tiny(("train.max_steps", "3")), out, resume=True)
     assert more["wall_seconds"] >= load_newest(out / "checkpoints")[1]["trainer"]["wall_seconds"] >= saved + 1.0
+
+
+@pytest.mark.parametrize("failure", ["fill", "eval-reward"])
+def test_rl_seconds_count_the_steps_a_failure_saves(tmp_path, monkeypatch, failure):
+    """A step whose rollouts run out of mixed groups (or whose evaluation's reward fails) saves the run at the steps
+    it trained: rl_seconds there was the last periodic checkpoint's (0 before the first), so the steps kept, never
+    run again, were counted nowhere (wall_seconds counted them)."""
+    import time
+
+    from rpgrl.errors import UsageError
+    from rpgrl.trainer.checkpoint import load_newest
+
+    step = loop.training_step
+
+    def failing_step(run, n):
+        time.sleep(0.3)
+        if n < 3:
+            return step(run, n)
+        if failure == "fill":
+            raise loop.FillExhausted("too few mixed groups")
+        raise loop.EvalRewardFailed("the reward failed", step(run, n))
+
+    monkeypatch.setattr(loop, "training_step", failing_step)
+    out = tmp_path / "run"
+    with pytest.raises(UsageError):
+        loop.train(tiny(("train.max_steps", "4"), ("train.checkpoint_every", "100")), out)
+    saved = load_newest(out / "checkpoints")[1]
+    assert saved["step"] == (2 if failure == "fill" else 3)
+    assert 0.3 * saved["step"] <= saved["trainer"]["rl_seconds"] <= saved["trainer"]["wall_seconds"]

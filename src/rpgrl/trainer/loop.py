@@ -382,11 +382,13 @@ def rl_loop(run: Run, tracker, on_step, stop: StopSignals | None) -> tuple[int, 
         try:
             row = training_step(run, step)
         except EvalRewardFailed as e:  # the step trained: kept, with its row, and resumed after it
+            state.rl_seconds = before + time.perf_counter() - rl_begin  # as every checkpoint counts its steps' time
             _give_up_after(run, step, e.row, (metrics_file, tracker, progress))
             raise UsageError(f"{e}; in the evaluation of step {step}, which is saved without it: fix the reward, "
                              "then --resume") from None  # fmt: skip
         except (FillExhausted, RewardFailed) as e:  # raised while sampling and scoring: nothing of this step was
-            run.stream.load_state_dict(drawn[0])  # applied. The run is kept up to the previous step, with the data
+            state.rl_seconds = before + time.perf_counter() - rl_begin  # applied (the steps saved count their time).
+            run.stream.load_state_dict(drawn[0])  # The run is kept up to the previous step, with the data
             set_rng_state(drawn[1], run.generator)  # and random streams before this one's draws (a resume then
             if step - 1 > run.start_step or not (run.saved or run.checkpoint):  # continues as a run never stopped
                 _save(run, step - 1)  # would); else that step's checkpoint exists (a resume's is put back as found)
