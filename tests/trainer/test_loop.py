@@ -1448,3 +1448,28 @@ def test_rl_seconds_count_the_steps_a_failure_saves(tmp_path, monkeypatch, failu
     saved = load_newest(out / "checkpoints")[1]
     assert saved["step"] == (2 if failure == "fill" else 3)
     assert 0.3 * saved["step"] <= saved["trainer"]["rl_seconds"] <= saved["trainer"]["wall_seconds"]
+
+
+def test_wall_seconds_of_a_resume_from_a_checkpoint_without_them_are_at_least_rl_seconds(tmp_path, monkeypatch):
+    """A checkpoint written before wall_seconds were kept reads them as 0: the resume's summary counted its own
+    process alone, below the run's rl_seconds (what keeping them fixed). The earlier processes' time is at least
+    their RL time."""
+    import time
+
+    from rpgrl.trainer.checkpoint import latest_checkpoint
+
+    step = loop.training_step
+
+    def slow_step(run, n):
+        time.sleep(1.5)
+        return step(run, n)
+
+    monkeypatch.setattr(loop, "training_step", slow_step)
+    out = tmp_path / "run"
+    loop.train(tiny(("train.max_steps", "2")), out)
+    path = latest_checkpoint(out / "checkpoints") / "state.pt"
+    state = torch.load(path, weights_only=False)
+    del state["trainer"]["wall_seconds"]  # as written before
+    torch.save(state, path)
+    again = loop.train(tiny(("train.max_steps", "2")), out, resume=True)
+    assert 3.0 <= again["rl_seconds"] <= again["wall_seconds"]

@@ -113,7 +113,8 @@ def train(
     """
     t_begin = time.perf_counter()
     run = open_run(cfg, Path(out), resume, base)  # all input errors surface here, before `out` is touched
-    run.began = t_begin - run.state.wall_seconds  # the checkpoint's: the earlier processes' time
+    # the checkpoint's: the earlier processes' time, at least their RL time (0 in a checkpoint written before it was)
+    run.began = t_begin - max(run.state.wall_seconds, run.state.rl_seconds)
     with RunLock(run.out):  # one process per run directory
         _check_unchanged(run, resume)
         kept = _read_files(run.out, RESUME_REWRITES) if run.checkpoint is not None else None
