@@ -263,3 +263,19 @@ def test_equal_differences_resolve_only_by_the_sign_flip_test(n):
             assert (status_p(iv, expect, margin, st) < 0.05) == (st != "unresolved"), (values, expect, st)
     nearly = mean_interval([0.025, 0.025, 0.025 + 1e-6])  # a spread, however small, is the t test's
     assert status(nearly, "higher") == "supports"
+
+
+def test_a_comparison_of_equal_differences_says_why_it_is_unresolved():
+    """Five equal differences of +2.5 points read "+2.5 points [+2.5, +2.5] over 5 seeds ... **unresolved**" with
+    nothing saying why, where the report's own reading of the tables resolves an interval wholly above 0: the
+    comparison names the sign-flip test, as a comparison over too few seeds names that."""
+    from rpgrl.reproduce.report import _diff_text
+
+    iv = mean_interval([0.025] * 5)
+    c = {"a": "x", "b": "y", "metric": "final", "expect": "higher", "margin": 0.0, "difference": iv.__dict__,
+         "status": status(iv, "higher")}  # fmt: skip
+    assert c["status"] == "unresolved"
+    assert "every seed's difference is the same: no verdict below 6 seeds (the sign-flip test)" in _diff_text(c)
+    six = mean_interval([0.025] * 6)
+    c.update(difference=six.__dict__, status=status(six, "higher"))
+    assert c["status"] == "supports" and "sign-flip" not in _diff_text(c)

@@ -26,6 +26,7 @@ from pathlib import Path
 from rpgrl.errors import ArgumentParser, UsageError, dir_problem
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Scale, base_config, warm_start_config
 from rpgrl.reproduce.report import (
+    EQUAL_SEEDS,
     add_multiplicity,
     claim_markdown,
     claim_result,
@@ -259,7 +260,9 @@ def write_report(results: dict, report: Path, n_seeds: int, suite: dict | None =
         "**Reading the tables.** Each cell is a mean over seeds with its 95% Student-t interval [low, high]. Arms "
         "at the same seed start RL from the same warm-started model, so comparisons use the per-seed differences; a "
         "comparison is *resolved* when its interval lies wholly on one side of 0 or of its margin, as its "
-        f"expectation asks (`rpgrl.reproduce.report`), and never over fewer than {MIN_SEEDS} seeds. "
+        f"expectation asks (`rpgrl.reproduce.report`), and never over fewer than {MIN_SEEDS} seeds (nor, where "
+        f"every seed's difference is the same, a zero-width interval, over fewer than {EQUAL_SEEDS}: there the "
+        "sign-flip test decides). "
         "Greedy Last: held-out greedy accuracy at the end (0 for a run that diverged); Best: the highest of the "
         "periodic evaluations; sampled mean@k: accuracy of k samples per held-out problem at temperature 1 at the "
         "end; entropy, reward: means over the last quarter of the steps; collapsed: stopped by the collapse guard, "

@@ -101,6 +101,8 @@ def _interval_status(diff: Interval, expect: str, margin: float) -> str:
 
 ALPHA = 1 - LEVEL
 RESOLVED = ("supports", "consistent", "contradicts", "falls short")
+EQUAL_SEEDS = next(n for n in range(2, 64) if 2.0 ** (1 - n) < ALPHA)
+"""paired seeds from which equal differences can resolve (the sign-flip test's smallest p, 2^(1 - n), below ALPHA)"""
 
 
 def status_p(diff: Interval, expect: str, margin: float, status_: str) -> float:
@@ -277,6 +279,8 @@ def _diff_text(c: dict) -> str:
     digits = 1 if pts else 3
     bounds = "" if math.isnan(d["low"]) else f" [{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}]"
     few = f" (fewer than {MIN_SEEDS} seeds: no verdict)" if d["n"] < MIN_SEEDS else ""
+    if MIN_SEEDS <= d["n"] < EQUAL_SEEDS and c["status"] == "unresolved" and zero_spread(Interval(**d)):
+        few = f" (every seed's difference is the same: no verdict below {EQUAL_SEEDS} seeds (the sign-flip test))"
     return (
         f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit}{bounds} over "
         f"{d['n']} seed{'s' if d['n'] > 1 else ''}, expected {c['expect']}{_margin(c, scale, unit)}: "
