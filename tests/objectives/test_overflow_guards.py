@@ -1325,3 +1325,32 @@ def test_a_kl_helper_whose_finite_term_has_an_overflowing_gradient_raises_in_bac
     with pytest.raises(LossOverflow, match=r"gradient overflows torch.float32 under a finite loss") as info:
         value.sum().backward()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kl", ["k3", "k3_corrected"])
+@pytest.mark.parametrize("far", [False, True])
+def test_ppo_loss_guards_its_gradient_once_under_its_own_name(kl, far, monkeypatch):
+    """The KL helpers' own guard ran inside ppo_loss's, which already guards logp: a second host sync in every
+    backward with a KL term, and an overflow named "grpo_kl_term's gradient", a function the caller never called.
+    One guard, named ppo_loss, whichever form the KL term takes (`far`: past the dtype alone, beta taken inside)."""
+    from rpgrl.objectives import checks
+
+    names = []
+    backward = checks._FiniteGradient.backward
+
+    def counted(ctx, grad):
+        names.append(ctx.loss)
+        return backward(ctx, grad)
+
+    monkeypatch.setattr(checks._FiniteGradient, "backward", staticmethod(counted))
+    lp = torch.full((1, 2), -1.0, requires_grad=True)
+    ref = torch.tensor([[-0.5, 90.0 if far else 0.0]])
+    kw = dict(ref_logp=ref, kl=kl, beta=1e-3 if far else 0.1)
+    ppo_loss(lp, lp.detach() - 0.1, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool), **kw).loss.backward()
+    assert names == ["ppo_loss"] and torch.isfinite(lp.grad).all()
+    names.clear()
+    one = torch.zeros(1, 1, requires_grad=True)  # beta k3(1.5) = 2.0e38 fits float32, its gradient 3.5e38 does not
+    loss = ppo_loss(one, one.detach(), torch.tensor([0.0]), torch.ones(1, 1, dtype=torch.bool),
+                    ref_logp=torch.full((1, 1), 1.5), kl="k3", beta=1e38).loss  # fmt: skip
+    with pytest.raises(LossOverflow, match=r"^ppo_loss's gradient overflows torch.float32 under a finite loss"):
+        loss.backward()

@@ -37,7 +37,7 @@ import torch
 from rpgrl import metrics as M
 from rpgrl.objectives.base import LossOutput, register_loss, reported
 from rpgrl.objectives.checks import LossOverflow, check_finite, check_tensors, dtype_bound, finite_gradient
-from rpgrl.objectives.kl import anchored_kl_term, grpo_kl_term, k3, log_k3, scaled_k3, weight_times_w
+from rpgrl.objectives.kl import anchored_k3, grpo_k3, k3, log_k3, scaled_k3, weight_times_w
 from rpgrl.objectives.reduce import aggregate, masked_mean
 from rpgrl.options import check_size, scalar
 
@@ -170,8 +170,8 @@ def _kl_term(kind: str, logp, anchor, old_logp, kl_clamp: float | None) -> tuple
     the backward of an overflowed exp (inf * 0) cannot reach logp as NaN. A term that overflows to NaN (w = 0
     times k3 = inf) counts as clamped, with its value w * k3 taken in float64 log space."""
 
-    def term(lp: torch.Tensor) -> torch.Tensor:
-        return lp - anchor if kind == "k1" else grpo_kl_term(lp, anchor, old_logp, corrected=kind == "k3_corrected")
+    def term(lp: torch.Tensor) -> torch.Tensor:  # unguarded: ppo_loss guards logp
+        return lp - anchor if kind == "k1" else grpo_k3(lp, anchor, old_logp, kind == "k3_corrected")
 
     if kl_clamp is None:
         return term(logp), None
@@ -215,19 +215,19 @@ def _kl_metrics(kind, kl_term, beta: float, logp, anchor, old_logp, m, agg, norm
 def _times_beta(kind, kl_term, beta: float, logp, anchor, old_logp, clamped) -> torch.Tensor:
     """beta * kl_term (B, T), value and gradient. Where that product is not finite (k3's exp(anchor - logp) past the
     dtype, ~88.7 nats in float32, while beta k3 fits: beta / N takes it back in range), the term is formed with
-    log(beta) inside its exponential (`scaled_k3`, `anchored_kl_term` with log beta added to the weight's log), finite
+    log(beta) inside its exponential (`scaled_k3`, `anchored_k3` with log beta added to the weight's log), finite
     wherever the product is, its gradient too. Elsewhere, to the bit, beta * kl_term."""
     scaled = beta * kl_term
     bad = ~torch.isfinite(scaled.detach())
     if kind == "k1" or clamped is not None or not bool(bad.any()):  # k1 cannot overflow; a clamp bounds the term
         return scaled
     safe = torch.where(bad, anchor, logp)  # the term is 0 there, with a zero gradient: no inf reaches backward
-    direct = beta * grpo_kl_term(safe, anchor, old_logp, corrected=kind == "k3_corrected")
+    direct = beta * grpo_k3(safe, anchor, old_logp, kind == "k3_corrected")  # (ppo_loss guards logp)
     far = torch.where(bad, logp, anchor)  # and 0 elsewhere
     if kind == "k3":
         big = scaled_k3(anchor - far, math.log(beta))
     else:
-        big = anchored_kl_term(far, anchor, old_logp, direction="reverse", log_scale=math.log(beta))
+        big = anchored_k3(far, anchor, old_logp, "reverse", math.log(beta))
     return torch.where(bad, big, direct)
 
 

@@ -125,7 +125,13 @@ def grpo_kl_term(
     require_floats("grpo_kl_term", "log-probs", _why("ref_logp"), logp=logp, ref_logp=ref_logp,
                    old_logp=old_logp if corrected else None)  # fmt: skip
     logp = finite_gradient(logp, "grpo_kl_term")  # a finite term whose gradient overflows: one line in backward
-    logp, ref_logp, old_logp = _unmasked(mask, logp, *_constants(ref_logp, old_logp))
+    return grpo_k3(*_unmasked(mask, logp, ref_logp, old_logp), corrected)
+
+
+def grpo_k3(logp: torch.Tensor, ref_logp: torch.Tensor, old_logp: torch.Tensor | None, corrected: bool) -> torch.Tensor:
+    """`grpo_kl_term` without its checks and its guard (`checks.finite_gradient`), for a loss that has checked its
+    inputs and guards its own logp (one guard, one host sync per backward, named after the loss)."""
+    ref_logp, old_logp = _constants(ref_logp, old_logp)
     if not corrected:
         return k3(ref_logp - logp)  # r = pi_ref / pi_theta
     return _WeightedK3.apply(logp, ref_logp, old_logp, "reverse")
@@ -164,9 +170,14 @@ def anchored_kl_term(
         raise ValueError(f"unknown direction {direction!r}; valid: forward, reverse")
     require_floats("anchored_kl_term", "log-probs", _why("anchor_logp"), logp=logp, anchor_logp=anchor_logp,
                    sampler_logp=sampler_logp)  # fmt: skip
+    log_scale = _log_scale(log_scale)
     logp = finite_gradient(logp, "anchored_kl_term")  # a finite term whose gradient overflows: one line in backward
-    logp, anchor_logp, sampler_logp = _unmasked(mask, logp, anchor_logp, sampler_logp)
-    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction, _log_scale(log_scale))
+    return anchored_k3(*_unmasked(mask, logp, anchor_logp, sampler_logp), direction, log_scale)
+
+
+def anchored_k3(logp, anchor_logp, sampler_logp, direction: Direction, log_scale: float = 0.0) -> torch.Tensor:
+    """`anchored_kl_term` without its checks and its guard, as `grpo_k3`; `log_scale` a finite Python float."""
+    return _WeightedK3.apply(logp, anchor_logp, sampler_logp, direction, log_scale)
 
 
 def _log_scale(v) -> float:
