@@ -20,27 +20,33 @@ class _FiniteGradient(torch.autograd.Function):
     """Identity; its backward raises LossOverflow when the gradient reaching it is not finite."""
 
     @staticmethod
-    def forward(ctx, logp: torch.Tensor, loss: str) -> torch.Tensor:
-        ctx.loss = loss
+    def forward(ctx, logp: torch.Tensor, loss: str, why: str) -> torch.Tensor:
+        ctx.loss, ctx.why = loss, why
         return logp.view_as(logp)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         if not bool(torch.isfinite(grad).all()):
-            raise LossOverflow(
-                f"{ctx.loss}'s gradient overflows {grad.dtype} under a finite loss: an advantage, beta or "
-                "1 / normalizer is too large for the dtype; rescale them, or compute the loss in float64"
-            )
-        return grad, None
+            raise LossOverflow(f"{ctx.loss}'s gradient overflows {grad.dtype} under a finite loss: {ctx.why}")
+        return grad, None, None
 
 
-def finite_gradient(logp: torch.Tensor, loss: str) -> torch.Tensor:
+LOSS_WHY = (
+    "an advantage, beta or 1 / normalizer is too large for the dtype; rescale them, or compute the loss in float64"
+)
+KL_WHY = (
+    "the log-probs are too far apart for the dtype (padding passed without mask=?) or the term is scaled past it; "
+    "pass mask= for padding, rescale, or compute in float64"
+)
+
+
+def finite_gradient(logp: torch.Tensor, loss: str, why: str = LOSS_WHY) -> torch.Tensor:
     """`logp` (any shape) itself, through an identity whose backward raises `LossOverflow` (one line naming `loss`)
     if the gradient of logp is inf or NaN: the net under the forward's refusals, which see the loss and the weights
     of its terms but not every product of them with the aggregation (e.g. |A| = 1e38 times c = 10, or a normalizer
     below 1), so no finite loss ever back-propagates a non-finite gradient into a model. One host sync per backward;
     nothing when logp needs no gradient (or is not a tensor: `check_tensors` names that)."""
-    return _FiniteGradient.apply(logp, loss) if isinstance(logp, torch.Tensor) and logp.requires_grad else logp
+    return _FiniteGradient.apply(logp, loss, why) if isinstance(logp, torch.Tensor) and logp.requires_grad else logp
 
 
 def dtype_bound(bound: float | None, dtype: torch.dtype) -> float | None:

@@ -20,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from rpgrl.objectives.checks import dtype_bound, finite_gradient, require_floats, require_tensors
+from rpgrl.objectives.checks import KL_WHY, dtype_bound, finite_gradient, require_floats, require_tensors
 from rpgrl.options import check_size, scalar
 
 Direction = Literal["reverse", "forward"]
@@ -124,7 +124,7 @@ def grpo_kl_term(
         raise ValueError(f"logp {tuple(logp.shape)} and old_logp {tuple(old_logp.shape)} must have the same shape")
     require_floats("grpo_kl_term", "log-probs", _why("ref_logp"), logp=logp, ref_logp=ref_logp,
                    old_logp=old_logp if corrected else None)  # fmt: skip
-    logp = finite_gradient(logp, "grpo_kl_term")  # a finite term whose gradient overflows: one line in backward
+    logp = finite_gradient(logp, "grpo_kl_term", KL_WHY)  # a finite term whose gradient overflows: one line
     return grpo_k3(*_unmasked(mask, logp, ref_logp, old_logp), corrected)
 
 
@@ -171,7 +171,7 @@ def anchored_kl_term(
     require_floats("anchored_kl_term", "log-probs", _why("anchor_logp"), logp=logp, anchor_logp=anchor_logp,
                    sampler_logp=sampler_logp)  # fmt: skip
     log_scale = _log_scale(log_scale)
-    logp = finite_gradient(logp, "anchored_kl_term")  # a finite term whose gradient overflows: one line in backward
+    logp = finite_gradient(logp, "anchored_kl_term", KL_WHY)  # a finite term whose gradient overflows: one line
     return anchored_k3(*_unmasked(mask, logp, anchor_logp, sampler_logp), direction, log_scale)
 
 
@@ -422,7 +422,7 @@ def kl_penalty(
         raise ValueError(f"value_clamp/log_ratio_clamp apply to low_var_kl/k3 only, not {name!r}")
     value_clamp, log_ratio_clamp = _clamp(value_clamp, "value_clamp"), _clamp(log_ratio_clamp, "log_ratio_clamp")
     value_clamp, log_ratio_clamp = dtype_bound(value_clamp, logp.dtype), dtype_bound(log_ratio_clamp, logp.dtype)
-    logp = finite_gradient(logp, "kl_penalty")  # a finite term whose gradient overflows: one line in backward
+    logp = finite_gradient(logp, "kl_penalty", KL_WHY)  # a finite term whose gradient overflows: one line
     logp, ref_logp = _unmasked(mask, logp, *_constants(ref_logp))
     lr = logp - ref_logp
     if name in ("kl", "k1"):
