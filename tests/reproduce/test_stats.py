@@ -275,7 +275,7 @@ def test_a_comparison_of_equal_differences_says_why_it_is_unresolved():
     c = {"a": "x", "b": "y", "metric": "final", "expect": "higher", "margin": 0.0, "difference": iv.__dict__,
          "status": status(iv, "higher")}  # fmt: skip
     assert c["status"] == "unresolved"
-    assert "every seed's difference is the same: no verdict below 6 seeds (the sign-flip test)" in _diff_text(c)
+    assert "every seed's difference is the same: no verdict below 6 seeds, by the sign-flip test)" in _diff_text(c)
     six = mean_interval([0.025] * 6)
     c.update(difference=six.__dict__, status=status(six, "higher"))
     assert c["status"] == "supports" and "sign-flip" not in _diff_text(c)

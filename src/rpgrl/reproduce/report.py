@@ -280,7 +280,7 @@ def _diff_text(c: dict) -> str:
     bounds = "" if math.isnan(d["low"]) else f" [{scale * d['low']:+.{digits}f}, {scale * d['high']:+.{digits}f}]"
     few = f" (fewer than {MIN_SEEDS} seeds: no verdict)" if d["n"] < MIN_SEEDS else ""
     if MIN_SEEDS <= d["n"] < EQUAL_SEEDS and c["status"] == "unresolved" and zero_spread(Interval(**d)):
-        few = f" (every seed's difference is the same: no verdict below {EQUAL_SEEDS} seeds (the sign-flip test))"
+        few = f" (every seed's difference is the same: no verdict below {EQUAL_SEEDS} seeds, by the sign-flip test)"
     return (
         f"{c['a']} minus {c['b']}, {LABELS[c['metric']]}: {scale * d['mean']:+.{digits}f}{unit}{bounds} over "
         f"{d['n']} seed{'s' if d['n'] > 1 else ''}, expected {c['expect']}{_margin(c, scale, unit)}: "
