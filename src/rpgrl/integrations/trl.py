@@ -305,15 +305,11 @@ class RPGTrainer(GRPOTrainer):
             nans = self.accelerator.gather(self._reward_nans.to(rewards.device)).bool()
         finally:
             self._reward_nans = None
-        self._refuse_nan_rewards(rewards, nans)
-        bad = torch.isinf(rewards)
-        if bool(bad.any()):
-            row, col = bad.nonzero()[0].tolist()
-            raise ValueError(
-                f"RPGTrainer: reward function {self.reward_func_names[col]!r} gave {rewards[row, col].item()} for "
-                f"completion {row} of the generation batch ({int(bad.sum())} infinite in all; a value past float32's "
-                "range counts as inf): rewards must be finite numbers, or None where the function does not apply"
-            )
+        for col, func in enumerate(self.reward_funcs):  # a reward model has no None: any NaN of it is refused
+            if isinstance(func, nn.Module):
+                nans[:, col] |= torch.isnan(rewards[:, col])
+        self._refuse(nans, "NaN in all")
+        self._refuse(torch.isinf(rewards), "infinite in all; a value past float32's range counts as inf", rewards)
         if self.multi_objective_aggregation == "sum_then_normalize":  # TRL's reward: the weighted sum, in float32
             total = (rewards.nan_to_num(0.0) * self.reward_weights.to(rewards.device)).sum(1)
             if not bool(torch.isfinite(total).all()):
@@ -324,19 +320,18 @@ class RPGTrainer(GRPOTrainer):
                 )
         return rewards
 
-    def _refuse_nan_rewards(self, rewards: torch.Tensor, nans: torch.Tensor) -> None:
-        """A NaN a reward function returned (marked by `_watch_nans`), or any NaN of a reward model (which has no
-        None), in one line: TRL reads NaN as None, "does not apply", so a function whose every reward is NaN trained
-        nothing with only TRL's warning. `rewards` and `nans` are gathered over processes."""
-        for col, func in enumerate(self.reward_funcs):
-            if isinstance(func, nn.Module):
-                nans[:, col] |= torch.isnan(rewards[:, col])
-        if bool(nans.any()):
-            row, col = nans.nonzero()[0].tolist()
+    def _refuse(self, bad: torch.Tensor, counted: str, rewards: torch.Tensor | None = None) -> None:
+        """One line naming the reward function and the completion of the first `bad` reward, with its value from
+        `rewards` (None: NaN, a function's marked by `_watch_nans` or a reward model's): TRL reads NaN as None, "does
+        not apply", so a function whose every reward was NaN trained nothing with only TRL's warning. `bad` and
+        `rewards` are gathered over processes."""
+        if bool(bad.any()):
+            row, col = bad.nonzero()[0].tolist()
+            value = "NaN" if rewards is None else rewards[row, col].item()
             raise ValueError(
-                f"RPGTrainer: reward function {self.reward_func_names[col]!r} gave NaN for completion {row} of the "
-                f"generation batch ({int(nans.sum())} NaN in all): rewards must be finite numbers, or None where the "
-                "function does not apply"
+                f"RPGTrainer: reward function {self.reward_func_names[col]!r} gave {value} for "
+                f"completion {row} of the generation batch ({int(bad.sum())} {counted}): rewards must be finite "
+                "numbers, or None where the function does not apply"
             )
 
     def _normalizer(self, inputs: dict[str, Any], batch_size: int) -> torch.Tensor | float:
