@@ -1370,20 +1370,26 @@ def test_a_resume_of_the_synthetic_task_with_another_seed_is_refused(tmp_path, c
     assert "the synthetic task draws them by train.seed and data.num_train" in err and err.count("\n") == 1, err
 
 
-def test_rl_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):
-    """summary.json's rl_seconds counted the last process alone: a resume of a finished run at its end (nothing to
-    train) wrote about 1e-5 s over the run's time, and a run continued past its end counted only the new steps."""
+def _slow_steps(monkeypatch, seconds: float) -> None:
+    """Every training step takes at least `seconds` more, so sums of step times are known from below."""
     import time
-
-    from rpgrl.trainer.checkpoint import load_newest
 
     step = loop.training_step
 
-    def slow_step(run, n):  # every step takes at least 0.3 s more, so the sums are known from below
-        time.sleep(0.3)
+    def slow_step(run, n):
+        time.sleep(seconds)
         return step(run, n)
 
     monkeypatch.setattr(loop, "training_step", slow_step)
+
+
+def test_rl_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):
+    """summary.json's rl_seconds counted the last process alone: a resume of a finished run at its end (nothing to
+    train) wrote about 1e-5 s over the run's time, and a run continued past its end counted only the new steps."""
+
+    from rpgrl.trainer.checkpoint import load_newest
+
+    _slow_steps(monkeypatch, 0.3)
     out = tmp_path / "run"
     first = loop.train(tiny(("train.max_steps", "2")), out)["rl_seconds"]
     saved = load_newest(out / "checkpoints")[1]["trainer"]["rl_seconds"]  # the time up to step 2's checkpoint
@@ -1401,13 +1407,7 @@ def test_wall_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch
 
     from rpgrl.trainer.checkpoint import load_newest
 
-    step = loop.training_step
-
-    def slow_step(run, n):
-        time.sleep(1.0)
-        return step(run, n)
-
-    monkeypatch.setattr(loop, "training_step", slow_step)
+    _slow_steps(monkeypatch, 1.0)
     out = tmp_path / "run"
     first = loop.train(tiny(("train.max_steps", "2")), out)
     saved = load_newest(out / "checkpoints")[1]["trainer"]["wall_seconds"]  # up to step 2's checkpoint
@@ -1454,17 +1454,10 @@ def test_wall_seconds_of_a_resume_from_a_checkpoint_without_them_are_at_least_rl
     """A checkpoint written before wall_seconds were kept reads them as 0: the resume's summary counted its own
     process alone, below the run's rl_seconds (what keeping them fixed). The earlier processes' time is at least
     their RL time."""
-    import time
 
     from rpgrl.trainer.checkpoint import latest_checkpoint
 
-    step = loop.training_step
-
-    def slow_step(run, n):
-        time.sleep(1.5)
-        return step(run, n)
-
-    monkeypatch.setattr(loop, "training_step", slow_step)
+    _slow_steps(monkeypatch, 1.5)
     out = tmp_path / "run"
     loop.train(tiny(("train.max_steps", "2")), out)
     path = latest_checkpoint(out / "checkpoints") / "state.pt"
