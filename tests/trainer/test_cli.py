@@ -877,6 +877,29 @@ def test_a_resume_that_changes_settings_names_them(capsys, finished_run, tmp_pat
     assert len((out / "config_changes.jsonl").read_text().splitlines()) == 1  # no change, no line
 
 
+def test_a_resume_stopped_before_config_json_was_rewritten_logs_its_change_once(capsys, finished_run, tmp_path):
+    """config_changes.jsonl is appended before config.json is rewritten: a resume killed between the two left the
+    old config.json, and the next resume with the same flags appended the same change a second time. A change back
+    is a new line, and the same change after it again (only the last line is compared)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    saved = (out / "config.json").read_text()
+    resume = ["train", "--out", str(out), "--resume", "--max-steps", "2"]
+    assert rpgrl_main([*resume, "--loss.beta", "0.5"]) == 0
+    (out / "config.json").write_text(saved)  # as a kill between the two writes leaves it
+    assert rpgrl_main([*resume, "--loss.beta", "0.5"]) == 0
+    change = {"step": 2, "before": {"loss.beta": 0.0001}, "after": {"loss.beta": 0.5}}
+    back = {"step": 2, "before": {"loss.beta": 0.5}, "after": {"loss.beta": 0.0001}}
+    assert [json.loads(line) for line in (out / "config_changes.jsonl").read_text().splitlines()] == [change]
+    assert rpgrl_main([*resume, "--loss.beta", "0.0001"]) == 0
+    assert rpgrl_main([*resume, "--loss.beta", "0.5"]) == 0
+    lines = [json.loads(line) for line in (out / "config_changes.jsonl").read_text().splitlines()]
+    assert lines == [change, back, change]
+    capsys.readouterr()
+
+
 def test_a_resume_of_a_config_json_without_a_later_field_logs_no_change(capsys, finished_run, tmp_path):
     """A config.json written before data.truncation existed reads as truncation "left" (`BEFORE_TRUNCATION`): a resume
     that changed nothing wrote {"data.truncation": null -> "left"} to config_changes.jsonl (and nothing printed)."""

@@ -221,7 +221,8 @@ def _put_back(aside: Path, out: Path) -> None:
 def _log_config_changes(out: Path, step: int, new: dict) -> None:
     """A resume that changes settings (besides train.max_steps) appends {"step", "before", "after"} to
     config_changes.jsonl, the keys as section.field, before config.json is written with the new values: the steps up
-    to `step` ran with the old ones, which config.json alone no longer says. The old file is read as `--resume`
+    to `step` ran with the old ones, which config.json alone no longer says. A resume stopped between the two writes
+    finds the same line last in the file the next time and does not write it again. The old file is read as `--resume`
     reads it: a field it lacks (written before the field existed) holds the value that run used, not null."""
     from rpgrl.trainer.cli import BEFORE_TRUNCATION
 
@@ -233,9 +234,21 @@ def _log_config_changes(out: Path, step: int, new: dict) -> None:
     before, after = _by_key(old), _by_key(new)
     keys = sorted(k for k in before.keys() | after.keys() if k != "train.max_steps" and before.get(k) != after.get(k))
     if keys:
-        line = {"step": step, "before": {k: before.get(k) for k in keys}, "after": {k: after.get(k) for k in keys}}
+        change = {"step": step, "before": {k: before.get(k) for k in keys}, "after": {k: after.get(k) for k in keys}}
+        line = json.dumps(json_safe(change))
+        if _last_line(out / "config_changes.jsonl") == line:  # a resume killed before config.json was rewritten
+            return
         with open(out / "config_changes.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(json_safe(line)) + "\n")
+            f.write(line + "\n")
+
+
+def _last_line(path: Path) -> str | None:
+    """The last non-empty line of a text file, or None (no file, or not readable)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return None
+    return next((s for s in reversed(lines) if s.strip()), None)
 
 
 def _by_key(cfg: dict) -> dict:
