@@ -173,3 +173,19 @@ def test_a_normalizer_that_requires_grad_is_refused():
         with pytest.raises(ValueError, match="^normalizer must be a constant count, got a tensor that requires grad"):
             call(n)
     assert aggregate(lp, mask, normalizer=n.detach()).item() == 6 / 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_mean_is_summed_in_float32(dtype):
+    """masked_mean of 10,000 float16 tens summed to inf (past 65504) before it divided: the mean was inf where 10 is
+    exact. Half-precision values are summed in float32 and the mean returned in their dtype, with its gradient."""
+    x = torch.full((100, 100), 10.0, dtype=dtype, requires_grad=True)
+    mask = torch.ones(100, 100, dtype=torch.bool)
+    mask[0, :50] = False
+    mean = masked_mean(x, mask)
+    assert mean.dtype == dtype and mean.item() == 10.0
+    mean.backward()
+    expected = mask.to(torch.float64) / mask.sum()
+    assert torch.allclose(x.grad.double(), expected, rtol=1e-2, atol=0)
+    rows = masked_mean(x.detach(), mask, dim=-1)
+    assert rows.dtype == dtype and torch.equal(rows, torch.full((100,), 10.0, dtype=dtype))

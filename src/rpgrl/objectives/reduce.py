@@ -33,9 +33,12 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> t
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Mean of `x` over positions where `mask` is set (over `dim`, or everything): their count, not the mask's sum,
-    divides. Empty -> 0. `mask` as in `masked_sum`."""
+    divides. Empty -> 0. `mask` as in `masked_sum`. Half-precision values are summed in float32 and the mean
+    returned in their dtype."""
     keep = _keep(x, mask)
     n = keep.sum() if dim is None else keep.sum(dim)
+    if x.dtype in (torch.float16, torch.bfloat16):  # summed in float32: a sum past 65504 gave an inf mean in float16
+        return (masked_sum(x.float(), keep, dim) / n.clamp(min=1)).to(x.dtype)
     return masked_sum(x, keep, dim) / n.clamp(min=1)
 
 
