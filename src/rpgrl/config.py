@@ -465,6 +465,11 @@ def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
     }
 
 
+def values_by_key(d: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A `config_to_dict` dict's values by "section.field" (as flags and one-line messages name them)."""
+    return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()}
+
+
 def config_from_dict(d: dict[str, Any], base: Config | None = None) -> Config:
     """Rebuild a Config from `config_to_dict` output, type-checked; missing fields keep `base`'s values."""
     cfg = base or Config()

@@ -17,7 +17,7 @@ from rpgrl.presets import DEFAULT, get_preset
 from rpgrl.reproduce import cli as reproduce_cli
 from rpgrl.reproduce.claims import CLAIMS, FULL, QUICK, Arm, Claim, Comparison, base_config, family, then
 from rpgrl.reproduce.report import config_changes
-from rpgrl.reproduce.runner import Job, config_key, run_dir, summarize_run
+from rpgrl.reproduce.runner import Job, _warm_problem, config_key, run_dir, summarize_run
 from rpgrl.reproduce.stats import paired_difference
 
 
@@ -159,6 +159,9 @@ def test_suite_runs_caches_and_reports(tmp_path, monkeypatch):
         assert rec["env"]["workers"] == 1 and rec["env"]["torch"] == torch.__version__  # where it ran
         assert cfg["model"]["path"].endswith("-s0/model")  # RL starts from the seed's warm start
     assert records["low"]["start"] == records["high"]["start"]  # the same warm start
+    warm_folder = next((out / "warmstart").glob("*-s0"))
+    assert _warm_problem(warm_folder, 0, warm) is None  # the config.json `train` wrote reads as the suite's own
+    assert "another config's warm start" in _warm_problem(warm_folder, 0, replace(warm, sft=replace(warm.sft, lr=1e-3)))
 
     r = res["claims"]["toy"]
     arm = {a["name"]: a for a in r["arms"]}

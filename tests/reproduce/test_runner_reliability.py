@@ -298,37 +298,53 @@ def test_a_warm_start_whose_model_was_deleted_is_made_again(tmp_path):
     assert (warm / "model" / "config.json").is_file() and (warm / "pid").read_text() != "gone\n"
 
 
-@pytest.mark.parametrize(
-    "config, why",
-    [
-        (None, "its config.json records seed 1, not 2: another seed's warm start"),  # seed 1's folder copied
-        (b'{"train": {"se', "its config.json does not read as JSON: JSONDecodeError: "),
-        (b'{"train": {}}', "its config.json records no train.seed"),
-        (b"", "its config.json does not read as JSON: "),
-    ],
-)
-def test_a_warm_start_of_another_seed_is_named_and_made_again(tmp_path, capsys, config, why):
-    """A warm-start folder copied from another seed's (or whose config.json no longer reads) was used as it was:
-    every run of the seed then started from another seed's model, and the arms were paired by nothing. It is named
-    in one line and made again; a cached warm start that is the seed's own is used as it is."""
+def test_a_warm_start_of_another_seed_is_named_and_made_again(tmp_path, capsys):
+    """A warm-start folder copied from another seed's was used as it was: every run of the seed then started from
+    another seed's model, and the arms were paired by nothing. It is named in one line and made again; a cached warm
+    start that is the seed's own is used as it is."""
     from rpgrl.reproduce.runner import warm_dir
 
     _suite(tmp_path, [1, 2])
     one, two = warm_dir(tmp_path, WARM, 1), warm_dir(tmp_path, WARM, 2)
     shutil.rmtree(two)
     shutil.copytree(one, two)
-    if config is not None:
-        (two / "config.json").write_bytes(config)
     (one / "kept").write_text("")  # making a warm start again empties its folder first
     for p in tmp_path.glob("runs/*/record.json"):
         p.unlink()
     capsys.readouterr()
     _suite(tmp_path, [1, 2])
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith(f"rpgrl reproduce: warm start {two} cannot be used ({why}"), err
-    assert err[0].endswith("): it is made again")
+    why = "its config.json records seed 1, not 2: another seed's warm start"
+    assert err == [f"rpgrl reproduce: warm start {two} cannot be used ({why}): it is made again"]
     assert json.loads((two / "config.json").read_text())["train"]["seed"] == 2
     assert (one / "kept").exists() and json.loads((one / "config.json").read_text())["train"]["seed"] == 1
+
+
+@pytest.mark.parametrize(
+    "config, why",
+    [
+        (b'{"train": {"se', "its config.json does not read as JSON: JSONDecodeError: "),
+        (b'{"train": {}}', "its config.json records no train.seed"),
+        (b"", "its config.json does not read as JSON: "),
+        (b"\xff", "its config.json does not read as JSON: UnicodeDecodeError: "),
+        (b'{"train": {"seed": true}}', "its config.json records seed True, not 1: another seed's warm start"),
+        (b'{"train": {"seed": 1}, "sft": {"lr": 0.5}}', "its config.json records sft.lr 0.5, not 0.002: another "),
+        (b'{"train": {"seed": 1}, "sft": {"nope": 1}}', "its config.json is no config of this version: "),
+        (None, "it has no config.json, which records its seed"),
+    ],
+)
+def test_a_warm_start_whose_config_json_is_not_the_suites_is_named(tmp_path, config, why):
+    """What `_missing_warm` names before making a warm start again: a config.json that does not read, records no
+    seed or another one, or records another warm-start config at the same seed (a folder copied from a suite of
+    another model size or sft.* steps, whose runs would have started from a model the suite does not describe)."""
+    from rpgrl.reproduce.runner import _warm_problem
+
+    cfg = Config()
+    if config is not None:
+        (tmp_path / "config.json").write_bytes(config)
+    assert _warm_problem(tmp_path, 1, cfg).startswith(why)
+    (tmp_path / "config.json").write_text(json.dumps({"train": {"seed": 1}, "sft": {"lr": cfg.sft.lr}}))
+    assert _warm_problem(tmp_path, 1, cfg) is None  # fields left out read as their defaults, as `--resume` reads them
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b"[]", b"null", b'"text"', b"{", b"[" * 100_000, b""])

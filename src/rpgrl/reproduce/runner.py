@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rpgrl import metrics as M
-from rpgrl.config import TINY_SIZES, Config, ModelConfig, SFTConfig, config_from_dict, config_to_dict
+from rpgrl.config import TINY_SIZES, Config, ModelConfig, SFTConfig, config_from_dict, config_to_dict, values_by_key
 from rpgrl.errors import TermAsInterrupt, UsageError, first_line
 
 SUITE_VERSION = 1
@@ -75,14 +75,20 @@ class Job:
 
 def config_key(cfg: Config, seed: int, warm_key: str = "") -> str:
     """12 hex digits identifying what a run computes: config (model.path abstracted to the warm start), seed."""
+    blob = json.dumps({"config": _keyed(cfg, seed, warm_key), "suite": SUITE_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _keyed(cfg: Config, seed: int, warm_key: str = "") -> dict:
+    """The config dict `config_key` hashes: the seed set, model.path abstracted to the warm start (if `warm_key`),
+    fields added since the suite began left out at their defaults (so older keys stay valid)."""
     d = config_to_dict(cfg)
     d["model"]["path"] = f"{WARM_START_PATH} {warm_key}" if warm_key else d["model"]["path"]
     d["train"]["seed"] = seed
     for (sec, name), default in ADDED_FIELDS.items():
         if d[sec].get(name, default) == default:
             d[sec].pop(name, None)
-    blob = json.dumps({"config": d, "suite": SUITE_VERSION}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return d
 
 
 def warm_dir(out: Path, warm_cfg: Config, seed: int) -> Path:
@@ -269,18 +275,21 @@ def _missing_warm(out: Path, warm_cfg: Config, jobs: list[Job]) -> list[int]:
         d = warm_dir(out, warm_cfg, seed)
         if not ((d / "summary.json").is_file() and (d / "model" / "config.json").is_file()):
             missing.append(seed)  # unfinished, or never started: made again without a word, as an unfinished run
-        elif (why := _warm_problem(d, seed)) is not None:
+        elif (why := _warm_problem(d, seed, warm_cfg)) is not None:
             _say(f"rpgrl reproduce: warm start {d} cannot be used ({why}): it is made again")
             missing.append(seed)
     return missing
 
 
-def _warm_problem(d: Path, seed: int) -> str | None:
-    """Why the finished warm start in `d` is not seed `seed`'s (None if it is): its config.json, which `train` writes
-    first, records the seed it ran with. A folder copied from another seed's would start every run of this seed
-    from that seed's model, so the arms would no longer be paired by seed."""
+def _warm_problem(d: Path, seed: int, warm_cfg: Config) -> str | None:
+    """Why the finished warm start in `d` is not the one of seed `seed` and `warm_cfg` (None if it is): its
+    config.json, which `train` writes first, records the seed and settings it ran with. A folder copied from another
+    seed's would start every run of this seed from that seed's model, so the arms would no longer be paired by seed;
+    one copied from another warm-start config's (another model size, other sft.* steps) would start them from a
+    model the suite's settings do not describe."""
     try:
-        recorded = json.loads((d / "config.json").read_bytes())["train"]["seed"]
+        saved = json.loads((d / "config.json").read_bytes())
+        recorded = saved["train"]["seed"]
     except FileNotFoundError:
         return "it has no config.json, which records its seed"
     except (OSError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError and UnicodeDecodeError
@@ -289,6 +298,19 @@ def _warm_problem(d: Path, seed: int) -> str | None:
         return "its config.json records no train.seed"
     if type(recorded) is not int or recorded != seed:
         return f"its config.json records seed {recorded!r}, not {seed}: another seed's warm start"
+    try:
+        was = _keyed(config_from_dict(saved), seed)
+    except (ValueError, TypeError) as e:  # UsageError is a ValueError: a key this version does not know
+        return f"its config.json is no config of this version: {first_line(e)}"
+    was, want = values_by_key(was), values_by_key(_keyed(warm_cfg, seed))
+    changed = [
+        f"{k} {was.get(k)!r}, not {want.get(k)!r}"
+        for k in sorted(was.keys() | want.keys())
+        if was.get(k) != want.get(k)
+    ]
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return f"its config.json records {', '.join(changed[:3])}{more}: another config's warm start"
     return None
 
 

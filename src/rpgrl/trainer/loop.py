@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from rpgrl import metrics as M
-from rpgrl.config import Config, config_from_dict, config_to_dict
+from rpgrl.config import Config, config_from_dict, config_to_dict, values_by_key
 from rpgrl.errors import Diverged, UsageError, first_line
 from rpgrl.objectives.checks import LossOverflow
 from rpgrl.objectives.reduce import masked_mean
@@ -231,7 +231,7 @@ def _log_config_changes(out: Path, step: int, new: dict) -> None:
         old = config_to_dict(config_from_dict(old, base=BEFORE_TRUNCATION))
     except (OSError, ValueError):  # none, or not readable (open_run has checked the one a resume reads)
         return
-    before, after = _by_key(old), _by_key(new)
+    before, after = values_by_key(old), values_by_key(new)
     keys = sorted(k for k in before.keys() | after.keys() if k != "train.max_steps" and before.get(k) != after.get(k))
     if keys:
         change = {"step": step, "before": {k: before.get(k) for k in keys}, "after": {k: after.get(k) for k in keys}}
@@ -249,11 +249,6 @@ def _last_line(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return next((s for s in reversed(lines) if s.strip()), None)
-
-
-def _by_key(cfg: dict) -> dict:
-    """A config dict's values by "section.field"."""
-    return {f"{s}.{k}": v for s, sec in cfg.items() if isinstance(sec, dict) for k, v in sec.items()}
 
 
 def prepare_run_dir(run: Run):
