@@ -42,12 +42,28 @@ def test_rkl_gradient_weight_that_overflows_under_a_finite_loss_raises():
                  style="differentiable", beta=1.0)  # fmt: skip
 
 
+def _grid(lo: float, hi: float, step: float, fine: float, edges: tuple[float, ...], width: float) -> list[float]:
+    """Points from `lo` to `hi` every `step`, and every `fine` within `width` of each of the overflow `edges` (where
+    a guard decides); the slow suite sweeps the whole range at the fine step."""
+    coarse = torch.arange(lo, hi + step / 2, step, dtype=torch.float64).tolist()
+    near = [e + k * fine for e in edges for k in range(-round(width / fine), round(width / fine) + 1)]
+    return sorted({round(v, 9) for v in coarse + near if lo <= v <= hi})
+
+
+RPG_EDGES = (-89.0, -84.0, 84.0, 89.0)  # float32's exp overflows at 88.72; u log u and its gradient weight near 84-89
+RPG_SWEEP = _grid(-120.0, 120.0, 1.0, 0.25, RPG_EDGES, 3.0)
+RPG_SWEEP_FULL = torch.linspace(-120.0, 120.0, 961).tolist()  # every 0.25
+
+
 @pytest.mark.parametrize("divergence", ["fkl", "rkl", "ufkl", "urkl"])
 @pytest.mark.parametrize("clip", [None, "dual"])
-def test_rpg_differentiable_never_gives_a_finite_loss_with_a_non_finite_gradient(divergence, clip):
+@pytest.mark.parametrize(
+    "sweep", [RPG_SWEEP, pytest.param(RPG_SWEEP_FULL, marks=pytest.mark.slow)], ids=["edges", "full"]
+)
+def test_rpg_differentiable_never_gives_a_finite_loss_with_a_non_finite_gradient(divergence, clip, sweep):
     kw = dict(divergence=divergence, style="differentiable", beta=1.0, clip=clip, kl_in_clip=False)
     raised = 0
-    for log_w in torch.linspace(-120.0, 120.0, 961).tolist():
+    for log_w in sweep:
         g = _finite_or_overflow(
             lambda lp, log_w=log_w: rpg_loss(lp, _one(-1.0 - log_w), torch.tensor([1.0]), torch.ones(1, 1), **kw)
         )
@@ -69,14 +85,23 @@ def test_corrected_k3_whose_autograd_backward_overflowed_gets_its_exact_gradient
     assert math.isclose(lp.grad.item(), -0.5 * math.exp(88.5), rel_tol=1e-5)
 
 
+PPO_EDGES = (-710.0, -90.0, 0.0, 90.0, 710.0)  # exp overflows past 88.72 in float32 and 709.78 in float64 (the
+# reference's x of 80-709.5 added to a small log w included)
+PPO_SWEEP = _grid(-800.0, 800.0, 50.0, 10.0, PPO_EDGES, 30.0)
+PPO_SWEEP_FULL = torch.linspace(-800.0, 800.0, 161, dtype=torch.float64).tolist()  # every 10
+
+
 @pytest.mark.parametrize("kl", ["k1", "k3", "k3_corrected"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("beta, normalizer", [(1.0, None), (1.5, None), (1e-3, 2.0**-20), (4.0, 0.5)])
-def test_ppo_kl_terms_never_give_a_finite_loss_with_a_non_finite_gradient(kl, dtype, beta, normalizer):
+@pytest.mark.parametrize(
+    "sweep", [PPO_SWEEP, pytest.param(PPO_SWEEP_FULL, marks=pytest.mark.slow)], ids=["edges", "full"]
+)
+def test_ppo_kl_terms_never_give_a_finite_loss_with_a_non_finite_gradient(kl, dtype, beta, normalizer, sweep):
     """beta 1.5: backward multiplies beta into k3(x) first, which overflowed at x = 88.5 in float32 although the loss
     and the gradient fit (the guard took beta as 1). Where the loss fits and its gradient does not (w = e^90, x =
     0.5 in float32: a term of 1.8e38, a gradient of 6.1e38), backward raises `LossOverflow`."""
-    for log_w in torch.linspace(-800.0, 800.0, 161, dtype=torch.float64).tolist():
+    for log_w in sweep:
         for x in (-100.0, -0.5, 0.0, 0.5, 80.0, 88.5, 100.0, 700.0, 709.5):
             lp = _one(-1.0, dtype, grad=True)
             try:
