@@ -152,3 +152,28 @@ def test_shaping_names_a_list_a_meta_tensor_and_complex_accuracies_in_one_line()
             call()
         assert "\n" not in str(info.value)
     assert group_filter_keep(torch.tensor([1.0, 0.0, 1.0, 1.0]), group).tolist() == [True, True, False, False]
+
+
+def test_overlong_penalty_is_exact_for_lengths_past_two_to_the_53():
+    """max_len and buffer are taken up to 2**63, but the lengths were made float64 before max_len - buffer was
+    subtracted: with max_len 2**62 and buffer 1, L = max_len gave a penalty of 0, not -factor (2**62 - 1 rounds to
+    2**62). Integer lengths are now subtracted in int64, exactly."""
+    top = 2**62
+    out = overlong_penalty(torch.tensor([top, top - 1, 5]), top, 1, dtype=torch.float64)
+    assert out.tolist() == [-1.0, 0.0, 0.0]
+    out = overlong_penalty(torch.tensor([top, top - 2]), top, 4, 2.0, dtype=torch.float64)
+    assert out.tolist() == [-2.0, -1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_overlong_penalty_takes_unsigned_lengths(dtype):
+    """uint32 / uint64 lengths (numpy's unsigned arrays through `torch.as_tensor`) raised torch's
+    NotImplementedError ('"min_all" not implemented for 'UInt32''): they give the penalties of int64 lengths, and a
+    uint64 length past 2**63 is one that exceeds max_len."""
+    want = overlong_penalty(torch.tensor([1000, 1792, 2048]), 2048, 512).tolist()
+    assert overlong_penalty(torch.tensor([1000, 1792, 2048], dtype=dtype), 2048, 512).tolist() == want
+    with pytest.raises(ValueError, match=r"^lengths\[1\] = 2049 exceeds max_len 2048$"):
+        overlong_penalty(torch.tensor([3, 2049], dtype=dtype), 2048, 512)
+    if dtype == torch.uint64:
+        with pytest.raises(ValueError, match=rf"^lengths\[0\] = {2**63 + 1} exceeds max_len 2048$"):
+            overlong_penalty(torch.tensor([2**63 + 1, 3], dtype=dtype), 2048, 512)

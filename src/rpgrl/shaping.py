@@ -43,14 +43,20 @@ def overlong_penalty(
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be (B,), got shape {tuple(lengths.shape)}")
     max_len, buffer, factor = _options(max_len, buffer, factor, out_dtype)
+    given = lengths
+    if not lengths.is_floating_point():  # int64: exact past 2**53 (max_len may reach 2**63), and uint32 has no min
+        wrapped = lengths.dtype == torch.uint64  # past 2**63 it wraps negative: too long, not negative
+        lengths = lengths.to(torch.int64)
+        if wrapped:
+            lengths = torch.where(lengths < 0, torch.iinfo(torch.int64).max, lengths)
     if lengths.numel():
         if not torch.isfinite(lengths).all() or lengths.min() < 0:
             raise ValueError("lengths must be finite and >= 0")
         if lengths.max() > max_len:
             i = int(lengths.argmax())
-            raise ValueError(f"lengths[{i}] = {lengths[i].item()} exceeds max_len {max_len}")
-    over = lengths.to(torch.float64) - (max_len - buffer)
-    return torch.clamp(-over / buffer * factor, max=0.0).to(out_dtype)
+            raise ValueError(f"lengths[{i}] = {given[i].item()} exceeds max_len {max_len}")
+    over = lengths - (max_len - buffer) if not lengths.is_floating_point() else lengths.double() - (max_len - buffer)
+    return torch.clamp(-over.double() / buffer * factor, max=0.0).to(out_dtype)
 
 
 def _options(max_len, buffer, factor, out_dtype: torch.dtype) -> tuple[int, int, float]:
