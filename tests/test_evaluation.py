@@ -649,6 +649,17 @@ def test_pass_maj_plot_shows_the_metrics(tmp_path):
     assert image[..., :3].std() > 0.05  # something is drawn
 
 
+def test_a_benchmark_named_with_dollar_signs_gets_its_plot(tmp_path):
+    """A benchmark file named `p$^$q.jsonl` sampled every problem, then failed drawing passk_majk.png: matplotlib read
+    the title as mathtext and raised ParseSyntaxException (a traceback, exit 1, no metrics.json, the same on every
+    rerun). The title is the name as written."""
+    pytest.importorskip("matplotlib")
+    problem = Problem("toy", [{"role": "user", "content": "q"}], "1", 1)
+    results = run_benchmarks([Benchmark(name, "-", (problem,)) for name in ("p$^$q", "$\\nope$")], oracle, k=2,
+                             mode="strict")  # fmt: skip
+    assert plot_pass_maj(results, tmp_path / "p.png").stat().st_size > 1000
+
+
 def test_a_benchmark_file_named_in_another_encoding_gets_its_report(tiny_model_dir, tmp_path, capsys):
     """A benchmark whose file name is not UTF-8 (Latin-1 `é`, a surrogate escape in Python) sampled every problem,
     then failed printing its table (a UTF-8 stdout, as in the locale en_US.UTF-8) or drawing passk_majk.png

@@ -738,7 +738,7 @@ def plot_pass_maj(results: Sequence[BenchmarkResult], path: Path) -> Path | None
         ax.set_xscale("log", base=2)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("k (samples per problem)")
-        ax.set_title(utf8_text(name))
+        ax.set_title(utf8_text(name), parse_math=False)  # a file name, not mathtext (`p$^$q` raised)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
