@@ -488,6 +488,20 @@ def test_rpgrl_eval_cli_user_errors(argv, match, capsys):
     assert match in err and "\n" not in err
 
 
+def test_rpgrl_eval_on_comma_joined_files_says_to_pass_them_apart(tmp_path, capsys, monkeypatch):
+    """`--data aime25.parquet,amc-23.parquet` was told "one file per option: join several into one" (the training
+    file's advice: joined, two benchmarks would be scored as one), and with absolute paths nothing at all (the comma
+    was looked for in the last component only). Now: pass them as separate files, in both cases."""
+    from rpgrl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for data in ("aime25.parquet,amc-23.parquet", f"{tmp_path}/aime25.parquet,{tmp_path}/amc-23.parquet"):
+        assert main(["eval", "--model", str(tmp_path / "none"), "--data", data]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "one benchmark per file: pass each file separately" in err, err
+        assert "join several" not in err
+
+
 @needs_data
 def test_rpgrl_eval_cli_missing_model(tmp_path, capsys):
     from rpgrl.cli import main

@@ -95,13 +95,16 @@ def prompt_text(prompt: str | Messages) -> str:
 # reading rows
 # ---------------------------------------------------------------------------------------------------------------
 
+_JOIN = "; one file per option: join several into one"  # a training file; a benchmark is one file each
 
-def _read_rows(path: str | Path) -> tuple[list[dict[str, Any]], str]:
-    """Rows of a parquet or JSONL file as plain dicts, and the word used to locate a row in errors."""
+
+def _read_rows(path: str | Path, several: str = _JOIN) -> tuple[list[dict[str, Any]], str]:
+    """Rows of a parquet or JSONL file as plain dicts, and the word used to locate a row in errors. `several`: the
+    advice for a path that is several joined by commas."""
     p = Path(path)
     if not p.exists():  # a relative path is read from where rpgrl runs (a resume elsewhere does not find it)
         here = "" if p.is_absolute() else f" (a relative path, looked for in {Path.cwd()})"
-        several = "; one file per option: join several into one" if "," in p.name else ""
+        several = several if "," in str(p) else ""  # in the last component or not: a/x.jsonl,/b/y.jsonl
         raise UsageError(f"data file not found: {p}{here}{several}")
     if not p.is_file():
         raise UsageError(f"{p} is not a file (pass one .parquet or .jsonl file per argument)")
@@ -278,8 +281,8 @@ def _parse_answer(value: Any, where: str, key: str) -> str:
     return text
 
 
-def _parse_rows(path, prompt_key: str, answer_key: str, data_source: str | None) -> list[Example]:
-    rows, word = _read_rows(path)
+def _parse_rows(path, prompt_key: str, answer_key: str, data_source: str | None, several: str = _JOIN) -> list[Example]:
+    rows, word = _read_rows(path, several)
     if not rows:
         raise UsageError(f"{path}: no rows")
     answer_key = _resolve_answer_key(rows, answer_key)
@@ -366,7 +369,7 @@ def load_benchmark(path: str | Path) -> Benchmark:
     A problem's copies must agree on the ground truth. Chat messages are kept (a string prompt becomes one user
     message).
     """
-    examples = _parse_rows(path, "prompt", "answer", None)
+    examples = _parse_rows(path, "prompt", "answer", None, "; one benchmark per file: pass each file separately")
     groups: dict[tuple[str, str], list[Example]] = {}
     for e in examples:
         groups.setdefault((e.data_source, e.text), []).append(e)
