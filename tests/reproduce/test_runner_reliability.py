@@ -344,7 +344,9 @@ def test_a_warm_start_whose_config_json_is_not_the_suites_is_named(tmp_path, con
         (tmp_path / "config.json").write_bytes(config)
     assert _warm_problem(tmp_path, 1, cfg).startswith(why)
     (tmp_path / "config.json").write_text(json.dumps({"train": {"seed": 1}, "sft": {"lr": cfg.sft.lr}}))
-    assert _warm_problem(tmp_path, 1, cfg) is None  # fields left out read as their defaults, as `--resume` reads them
+    assert (
+        _warm_problem(tmp_path, 1, cfg) is None
+    )  # fields left out read as their defaults, as the folder key reads them
 
 
 def test_a_record_that_is_not_a_json_object_is_missing(tmp_path):
